@@ -1,0 +1,104 @@
+// The backend seam: every op a model forward needs, on one device. Architectures (src/model/arch) are
+// written once against this interface; CpuBackend (the oracle, src/backend/cpu) and CudaBackend
+// (src/backend/cuda) implement it. Activations are in the backend's act_dtype() (F32 on the CPU).
+//
+// Memory: weights() are persistent; state tensors (KV, conv, recurrent) come from alloc_persistent() and are
+// freed with free_persistent(); per-step activations come from scratch(), a bump arena reset by
+// reset_scratch() at the start of each forward (deterministic addresses, so a captured CUDA graph replays).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/safetensors.h"
+
+namespace grimoire {
+
+// Rotary embedding: inv_freq already includes the scaling (linear / llama3 / yarn) and attn_factor is
+// yarn's mscale multiplied into cos and sin. rot_dim <= head_dim; dims past rot_dim pass through.
+struct RopeParams {
+    std::vector<float> inv_freq;  // [rot_dim / 2]
+    int rot_dim = 0;
+    bool neox = true;  // true: rotate_half pairs (i, i + rot_dim/2); false: GPT-J pairs (2i, 2i+1)
+    float attn_factor = 1.0f;
+};
+
+enum class NormKind : uint8_t {
+    PLAIN,     // y = w * x / rms(x)             (Llama, Qwen2/3)
+    PLUS_ONE,  // y = (1 + w) * x / rms(x)       (Qwen3.5 / Qwen3-Next "zero-centred")
+};
+
+// Memory accounting, by purpose, in bytes (printed by inspect and the server banner).
+struct MemoryStats {
+    size_t weights = 0, state = 0, scratch = 0;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual Device device() const = 0;
+    virtual std::string name() const = 0;
+    virtual DType act_dtype() const = 0;
+    virtual MemoryStats memory() const = 0;
+
+    // ---- memory ----
+    // Copies a checkpoint tensor to the device, converted to `as` (F32 or BF16; `as` == t.dtype keeps bytes).
+    virtual Tensor upload(const TensorInfo& t, DType as) = 0;
+    // Uploads host data (already in `dtype`) of the given shape; persistent.
+    virtual Tensor upload_raw(const void* host, DType dtype, std::initializer_list<int64_t> shape) = 0;
+    virtual Tensor alloc_persistent(DType dtype, std::initializer_list<int64_t> shape) = 0;  // zeroed
+    virtual void free_persistent(Tensor& t) = 0;
+    virtual Tensor scratch(DType dtype, std::initializer_list<int64_t> shape) = 0;
+    virtual void reset_scratch() = 0;
+    virtual void to_host(const Tensor& t, void* host) const = 0;  // blocking copy of t.nbytes()
+    virtual void from_host(Tensor& t, const void* host) = 0;
+    virtual void zero(Tensor& t) = 0;
+    virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same dtype and element count
+    virtual void synchronize() {}
+
+    // ---- ops (x, out in act dtype unless noted; shapes row-major) ----
+    // out[T, H] = table[ids[t], :]; ids [T] I32 on the device; table any float dtype.
+    virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;
+    // Row-wise RMSNorm over the last dim D: x [R, D], w [D] -> out [R, D]. in place allowed.
+    virtual void rmsnorm(const Tensor& x, const Tensor& w, float eps, NormKind kind, Tensor& out) = 0;
+    // Gated RMSNorm (Qwen3.5 GDN output): out = w * (x / rms(x)) * silu(z); x, z [R, D], w [D].
+    virtual void rmsnorm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out) = 0;
+    virtual void add(const Tensor& a, const Tensor& b, Tensor& out) = 0;  // out = a + b (same shape)
+    virtual void scale(Tensor& x, float s) = 0;                           // x *= s
+    virtual void mul_sigmoid(Tensor& x, const Tensor& gate) = 0;          // x *= sigmoid(gate), same shape
+    // out [T, I] = silu(gate) * up; gate, up [T, I].
+    virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+    // Columns [c0, c0 + out.cols()) of src [R, C] into out [R, n].
+    virtual void copy_cols(const Tensor& src, int64_t c0, Tensor& out) = 0;
+    // Rotates x [T, H, D] in place; positions [T] I32 on the device.
+    virtual void rope(Tensor& x, const Tensor& positions, const RopeParams& p) = 0;
+    // Causal GQA attention with a KV cache. q [T, Hq, D]; k, v [T, Hkv, D] are written into
+    // k_cache/v_cache [max_ctx, Hkv, D] at rows n_past..n_past+T-1, then out [T, Hq, D] =
+    // softmax(q k^T * scale) v over cache rows 0..n_past+t for query t (fp32 softmax).
+    virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
+                           int64_t n_past, float scale, Tensor& out) = 0;
+    // Depthwise causal conv1d (kernel K, tap K-1 = current token) + SiLU. x [T, C]; w [C, K];
+    // state [K-1, C] holds the previous K-1 pre-conv rows (zeros at start) and is updated; out [T, C].
+    virtual void conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& out) = 0;
+    // Gated DeltaNet (Qwen3.5 linear attention). q, k [T, Hk, dk]; v [T, Hv, dv]; a, b [T, Hv] raw projections;
+    // A_log, dt_bias [Hv] F32; state [Hv, dk, dv] F32 updated in place; out [T, Hv, dv].
+    // Inside: L2-normalise q, k (eps 1e-6), q *= dk^-0.5, beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias);
+    // value head h uses key head h / (Hv / Hk).
+    virtual void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
+                                  const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& state,
+                                  Tensor& out) = 0;
+    // out [T, N] = x [T, K] @ w[N, K]^T for a plain (BF16/F16/F32) weight; used by the BF16 Linear.
+    virtual void matmul(const Tensor& x, const Tensor& w, Tensor& out) = 0;
+    virtual void add_bias(Tensor& x, const Tensor& bias) = 0;  // x [T, N] += bias [N]
+};
+
+// The CPU oracle backend (always available).
+std::unique_ptr<Backend> make_cpu_backend();
+// The CUDA backend, or nullptr with `why` filled when none is built in or no device is present.
+std::unique_ptr<Backend> make_cuda_backend(std::string* why);
+// "auto" picks CUDA when available, else CPU; "cpu" / "cuda" force one (cuda throws Error when unavailable).
+std::unique_ptr<Backend> make_backend(const std::string& which);
+
+}  // namespace grimoire

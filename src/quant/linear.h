@@ -1,0 +1,45 @@
+// One interface for every weight format (house rule 7): models call Linear::forward and never branch on
+// format. load_linear() inspects the tensors present under a prefix (and the quantization config) and builds
+// the matching implementation: BF16/F16/F32 plain weights here; GPTQ, AutoRound, compressed-tensors and FP8
+// block-scaled in their own files in src/quant/.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/config.h"
+#include "io/safetensors.h"
+
+namespace grimoire {
+
+// The checkpoint's quantization_config (empty when the checkpoint is unquantized).
+struct QuantConfig {
+    std::string method;  // "", "gptq", "auto-round", "fp8", "compressed-tensors"
+    nlohmann::json raw;  // the whole quantization_config object, for format-specific fields
+    static QuantConfig from_config(const ConfigReader& cfg);
+};
+
+class Linear {
+public:
+    virtual ~Linear() = default;
+    virtual int64_t in_features() const = 0;
+    virtual int64_t out_features() const = 0;
+    // y [T, out] = x [T, in] @ W^T (+ bias); x and y in the backend's act dtype.
+    virtual void forward(Backend& be, const Tensor& x, Tensor& y) const = 0;
+    // The weight as fp32 [out, in], exactly as the format defines it (the reference path for tests).
+    virtual std::vector<float> dequantize() const = 0;
+    virtual std::string format() const = 0;
+    // Bytes of weight data (and scales / zeros) one forward reads: the roofline's numerator.
+    virtual size_t weight_bytes() const = 0;
+};
+
+// Builds the Linear stored at `prefix` ("model.layers.0.mlp.down_proj"): `prefix.weight` (+ `.bias`) or the
+// quantized tensors. Throws Error naming the tensor and reason for an unsupported or inconsistent set.
+std::unique_ptr<Linear> load_linear(Backend& be, const Checkpoint& ckpt, const std::string& prefix,
+                                    const QuantConfig& qc, bool allow_bias = true);
+
+// A plain-weight Linear from an already uploaded tensor (used for tied embeddings as lm_head).
+std::unique_ptr<Linear> make_dense_linear(Tensor weight, Tensor bias, std::vector<float> host_ref);
+
+}  // namespace grimoire
