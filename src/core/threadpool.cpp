@@ -15,7 +15,7 @@ int cpu_threads() {
             const int v = std::atoi(e);
             if (v > 0) return v;
         }
-        return std::max(1u, std::thread::hardware_concurrency()) > 0 ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) : 1;
+        return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     }();
     return n;
 }
@@ -23,7 +23,8 @@ int cpu_threads() {
 namespace {
 
 // Workers sleep on a generation counter; parallel_for publishes a job, bumps the generation and
-// takes chunk 0 itself. One job at a time (a mutex serialises callers from different threads).
+// takes chunk 0 itself. One job at a time (a mutex serialises callers from different threads), so
+// parallel_for must not be called from inside a parallel_for body (it would deadlock).
 class Pool {
 public:
     explicit Pool(int n) {
