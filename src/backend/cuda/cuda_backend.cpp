@@ -1,0 +1,453 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/cuda_util.h"
+#include "kernels/cuda/kernels.h"
+
+namespace grimoire {
+
+namespace {
+constexpr size_t kInitialScratch = 64ull << 20;
+constexpr size_t kPinnedBytes = 8ull << 20;
+constexpr size_t kCublasWorkspace = 32ull << 20;
+constexpr int kIntSlots = 16384;
+constexpr int64_t kMaxAttnHeads = 128, kMaxAttnHeadDim = 256;
+
+// Op identifiers mixed into each recorded launch's key.
+enum Op : uint64_t {
+    OP_H2D = 1, OP_ZERO, OP_COPY, OP_EMBED, OP_RMS, OP_RMSG, OP_ADD, OP_SCALE, OP_MULSIG, OP_SILU, OP_COLS, OP_ROPE,
+    OP_ATTN, OP_CONV, OP_GDN, OP_GEMV, OP_GEMM, OP_BIAS, OP_ARGMAX, OP_SAMPLE, OP_SLOT
+};
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+cudaDataType_t cuda_type(DType t) {
+    switch (t) {
+        case DType::F32: return CUDA_R_32F;
+        case DType::BF16: return CUDA_R_16BF;
+        case DType::F16: return CUDA_R_16F;
+        default: throw Error("cuda matmul: unsupported dtype " + std::string(dtype_name(t)));
+    }
+}
+
+bool ends_with(const std::string& s, const char* suf) {
+    const size_t n = std::strlen(suf);
+    return s.size() >= n && s.compare(s.size() - n, n, suf) == 0;
+}
+}  // namespace
+
+CudaBackend::CudaBackend(int dev) {
+    GRIMOIRE_CUDA_CHECK(cudaSetDevice(dev));
+    cudaDeviceProp prop{};
+    GRIMOIRE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    name_ = std::string("cuda:") + std::to_string(dev) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
+            std::to_string(prop.minor) + ")";
+    GRIMOIRE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    graph_ = std::make_unique<cuda::StepGraph>(stream_);
+    if (const char* e = std::getenv("GRIMOIRE_CUDA_GRAPHS"); e && std::strcmp(e, "0") == 0) graph_->set_enabled(false);
+    mem_ = std::make_unique<cuda::DeviceMemory>(kInitialScratch);
+    pinned_ = std::make_unique<cuda::PinnedArena>(kPinnedBytes);
+    attn_ws_bytes_ = cuda::attention_ws_bytes(kMaxAttnHeads, kMaxAttnHeadDim);
+    attn_ws_ = mem_->alloc(attn_ws_bytes_, cuda::Pool::WORKSPACE);
+    cublas_ws_ = mem_->alloc(kCublasWorkspace, cuda::Pool::WORKSPACE);
+    int_slots_ = static_cast<int*>(mem_->alloc(kIntSlots * sizeof(int), cuda::Pool::WORKSPACE));
+    GRIMOIRE_CUBLAS_CHECK(cublasCreate(&cublas_));
+    GRIMOIRE_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    // A fixed workspace keeps cuBLAS from allocating inside a graph capture.
+    GRIMOIRE_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_ws_, kCublasWorkspace));
+}
+
+CudaBackend::~CudaBackend() {
+    try {
+        graph_->flush();
+    } catch (...) {
+    }
+    cudaStreamSynchronize(stream_);
+    graph_.reset();
+    if (cublas_) cublasDestroy(cublas_);
+    pinned_.reset();
+    mem_.reset();
+    if (stream_) cudaStreamDestroy(stream_);
+}
+
+MemoryStats CudaBackend::memory() const {
+    MemoryStats m;
+    m.weights = mem_->used(cuda::Pool::WEIGHTS);
+    m.state = mem_->used(cuda::Pool::STATE);
+    m.scratch = mem_->scratch_capacity() + mem_->used(cuda::Pool::WORKSPACE);
+    return m;
+}
+
+std::string CudaBackend::memory_report() const {
+    auto g = [](size_t b) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1ull << 30));
+        return std::string(buf);
+    };
+    return name_ + ": weights " + g(mem_->used(cuda::Pool::WEIGHTS)) + ", state (KV + DeltaNet) " +
+           g(mem_->used(cuda::Pool::STATE)) + ", workspace " + g(mem_->used(cuda::Pool::WORKSPACE)) + ", scratch " +
+           g(mem_->scratch_capacity()) + " of " + g(mem_->device_total()) + " on the device";
+}
+
+// ---------------------------------------------------------------- memory
+
+Tensor CudaBackend::make(DType dtype, std::initializer_list<int64_t> shape, cuda::Pool pool) {
+    Tensor t(nullptr, dtype, Device::CUDA, shape);
+    t.data = mem_->alloc(t.nbytes(), pool);
+    return t;
+}
+
+Tensor CudaBackend::make_shaped(DType dtype, const std::vector<int64_t>& shape, cuda::Pool pool) {
+    Tensor t;
+    t.dtype = dtype;
+    t.device = Device::CUDA;
+    t.ndim = static_cast<int>(shape.size());
+    for (int i = 0; i < t.ndim; ++i) t.shape[static_cast<size_t>(i)] = shape[static_cast<size_t>(i)];
+    t.data = mem_->alloc(t.nbytes(), pool);
+    return t;
+}
+
+void CudaBackend::report_upload(size_t bytes) {
+    const double t = now_s();
+    if (uploaded_ == 0) upload_t0_ = t;
+    uploaded_ += bytes;
+    // Only large checkpoints get a progress line; a few refreshes a second is enough.
+    if (uploaded_ >= (1ull << 30) && t - last_report_ > 0.25) {
+        const double gb = static_cast<double>(uploaded_) / 1e9;
+        std::fprintf(stderr, "\rgrimoire: uploading weights to %s: %.1f GB (%.1f GB/s)   ", name_.c_str(), gb,
+                     gb / (t - upload_t0_ + 1e-9));
+        std::fflush(stderr);
+        last_report_ = t;
+        reported_ = true;
+    }
+}
+
+void CudaBackend::fill_random(Tensor& t, const std::string& name) {
+    // Scales that keep a random model's activations finite: unit-variance outputs for [N, K] projections,
+    // decay parameters near 0 (A = exp(A_log) ~ 1), the gated norm's plain weight near 1.
+    float amp = 0.02f, offset = 0.0f;
+    if (ends_with(name, "A_log") || ends_with(name, "dt_bias")) amp = 0.5f;
+    else if (ends_with(name, "linear_attn.norm.weight")) amp = 0.1f, offset = 1.0f;
+    else if (ends_with(name, "norm.weight")) amp = 0.1f;
+    else if (ends_with(name, "conv1d.weight")) amp = 0.5f;
+    else if (name.find("embed_tokens") != std::string::npos) amp = 1.0f;
+    else if (t.ndim == 2) amp = std::sqrt(3.0f / static_cast<float>(t.dim(1)));
+    uint64_t seed = *random_seed_;
+    for (char c : name) seed = seed * 1099511628211ull ^ static_cast<uint8_t>(c);
+    cuda::random_fill(t.data, t.dtype, t.numel(), seed, amp, offset, stream_);
+}
+
+Tensor CudaBackend::upload(const TensorInfo& t, DType as) {
+    if (t.shape.size() > static_cast<size_t>(Tensor::kMaxDims))
+        throw Error(t.file + ": tensor '" + t.name + "' has " + std::to_string(t.shape.size()) +
+                    " dimensions (at most 4 supported)");
+    if (as != t.dtype && as != DType::F32 && as != DType::BF16 && as != DType::F16)
+        throw Error(t.file + ": tensor '" + t.name + "': cannot upload as " + std::string(dtype_name(as)));
+    Tensor out = make_shaped(as, t.shape, cuda::Pool::WEIGHTS);
+    if (random_seed_ && (as == DType::F32 || as == DType::BF16 || as == DType::F16)) {
+        fill_random(out, t.name);
+        report_upload(out.nbytes());
+        return out;
+    }
+    if (as == t.dtype) {
+        GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(out.data, t.data, out.nbytes(), cudaMemcpyHostToDevice, stream_));
+    } else {
+        const size_t n = static_cast<size_t>(t.numel());
+        std::vector<float> f(n);
+        convert_to_f32(t.dtype, t.data, f.data(), n);
+        if (as == DType::F32) {
+            GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(out.data, f.data(), n * 4, cudaMemcpyHostToDevice, stream_));
+        } else {
+            std::vector<uint16_t> h(n);
+            for (size_t i = 0; i < n; ++i) h[i] = as == DType::BF16 ? f32_to_bf16(f[i]) : f32_to_f16(f[i]);
+            GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(out.data, h.data(), n * 2, cudaMemcpyHostToDevice, stream_));
+        }
+    }
+    GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    report_upload(out.nbytes());
+    return out;
+}
+
+Tensor CudaBackend::upload_raw(const void* host, DType dtype, std::initializer_list<int64_t> shape) {
+    Tensor t = make(dtype, shape, cuda::Pool::WEIGHTS);
+    if (t.nbytes()) {
+        GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(t.data, host, t.nbytes(), cudaMemcpyHostToDevice, stream_));
+        GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    return t;
+}
+
+Tensor CudaBackend::alloc_persistent(DType dtype, std::initializer_list<int64_t> shape) {
+    if (reported_) {
+        std::fprintf(stderr, "\n");
+        reported_ = false;
+    }
+    Tensor t = make(dtype, shape, cuda::Pool::STATE);
+    GRIMOIRE_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), stream_));
+    return t;
+}
+
+void CudaBackend::free_persistent(Tensor& t) {
+    if (!t.data) return;
+    synchronize();  // recorded work may still use it
+    mem_->free(t.data);
+    t.data = nullptr;
+}
+
+Tensor CudaBackend::scratch(DType dtype, std::initializer_list<int64_t> shape) {
+    Tensor t(nullptr, dtype, Device::CUDA, shape);
+    t.data = mem_->scratch(t.nbytes());
+    return t;
+}
+
+void CudaBackend::reset_scratch() {
+    graph_->flush();
+    // Pinned staging and the int slots are rewritten by the next step: the copies out of them must be done.
+    if (pinned_->used() > 0 || n_int_slots_ > 0 || mem_->scratch_overflowed())
+        GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    mem_->reset_scratch();
+    pinned_->reset();
+    n_int_slots_ = 0;
+}
+
+void CudaBackend::synchronize() {
+    graph_->flush();
+    GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::to_host(const Tensor& t, void* host) const {
+    graph_->flush();
+    GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(host, t.data, t.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void* CudaBackend::stage(const void* host, size_t bytes) {
+    void* p = pinned_->take(bytes);
+    if (!p) {
+        // Full: run what is recorded, wait, and start the staging area over.
+        synchronize();
+        pinned_->reset();
+        p = pinned_->take(bytes);
+        if (!p) throw Error("cuda from_host: " + std::to_string(bytes) + " bytes exceed the pinned staging area");
+    }
+    std::memcpy(p, host, bytes);
+    return p;
+}
+
+void CudaBackend::from_host(Tensor& t, const void* host) {
+    const size_t n = t.nbytes();
+    if (n == 0) return;
+    if (n > kPinnedBytes / 2) {  // bulk data: copy now, in order with everything recorded before
+        synchronize();
+        GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(t.data, host, n, cudaMemcpyHostToDevice, stream_));
+        GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        return;
+    }
+    void* src = stage(host, n);
+    void* dst = t.data;
+    graph_->record(cuda::KeyHasher().add(OP_H2D).add(dst).add(src).add(static_cast<uint64_t>(n)).h,
+                   [=](cudaStream_t s) {
+                       GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));
+                   });
+}
+
+const int* CudaBackend::device_int(int64_t value) {
+    if (n_int_slots_ >= kIntSlots) synchronize(), n_int_slots_ = 0, pinned_->reset();
+    int* slot = int_slots_ + n_int_slots_++;
+    const int v = static_cast<int>(value);
+    void* src = stage(&v, sizeof v);
+    graph_->record(cuda::KeyHasher().add(OP_SLOT).add(slot).add(src).h, [=](cudaStream_t s) {
+        GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(slot, src, sizeof(int), cudaMemcpyHostToDevice, s));
+    });
+    return slot;
+}
+
+void CudaBackend::zero(Tensor& t) {
+    void* p = t.data;
+    const size_t n = t.nbytes();
+    graph_->record(cuda::KeyHasher().add(OP_ZERO).add(p).add(static_cast<uint64_t>(n)).h,
+                   [=](cudaStream_t s) { GRIMOIRE_CUDA_CHECK(cudaMemsetAsync(p, 0, n, s)); });
+}
+
+void CudaBackend::copy(const Tensor& src, Tensor& dst) {
+    if (src.numel() != dst.numel()) throw Error("cuda copy: element counts differ");
+    Tensor a = src, b = dst;
+    graph_->record(cuda::KeyHasher().add(OP_COPY).add(a).add(b).h, [=](cudaStream_t s) mutable {
+        if (a.dtype == b.dtype) GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(b.data, a.data, a.nbytes(), cudaMemcpyDeviceToDevice, s));
+        else cuda::convert(a, b, s);
+    });
+}
+
+// ---------------------------------------------------------------- ops
+
+void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
+    Tensor o = out;
+    graph_->record(cuda::KeyHasher().add(OP_EMBED).add(table).add(ids).add(o).h,
+                   [=](cudaStream_t s) mutable { cuda::embedding(table, ids, o, s); });
+}
+
+void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, NormKind kind, Tensor& out) {
+    Tensor o = out;
+    graph_->record(cuda::KeyHasher().add(OP_RMS).add(x).add(w).addf(eps).add(static_cast<uint64_t>(kind)).add(o).h,
+                   [=](cudaStream_t s) mutable { cuda::rmsnorm(x, w, eps, kind, o, s); });
+}
+
+void CudaBackend::rmsnorm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out) {
+    Tensor o = out;
+    graph_->record(cuda::KeyHasher().add(OP_RMSG).add(x).add(z).add(w).addf(eps).add(o).h,
+                   [=](cudaStream_t s) mutable { cuda::rmsnorm_gated(x, z, w, eps, o, s); });
+}
+
+void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
+    Tensor o = out;
+    graph_->record(cuda::KeyHasher().add(OP_ADD).add(a).add(b).add(o).h,
+                   [=](cudaStream_t s) mutable { cuda::add(a, b, o, s); });
+}
+
+void CudaBackend::scale(Tensor& x, float v) {
+    Tensor t = x;
+    graph_->record(cuda::KeyHasher().add(OP_SCALE).add(t).addf(v).h,
+                   [=](cudaStream_t s) mutable { cuda::scale(t, v, s); });
+}
+
+void CudaBackend::mul_sigmoid(Tensor& x, const Tensor& gate) {
+    Tensor t = x;
+    graph_->record(cuda::KeyHasher().add(OP_MULSIG).add(t).add(gate).h,
+                   [=](cudaStream_t s) mutable { cuda::mul_sigmoid(t, gate, s); });
+}
+
+void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
+    Tensor o = out;
+    graph_->record(cuda::KeyHasher().add(OP_SILU).add(gate).add(up).add(o).h,
+                   [=](cudaStream_t s) mutable { cuda::silu_mul(gate, up, o, s); });
+}
+
+void CudaBackend::copy_cols(const Tensor& src, int64_t c0, Tensor& out) {
+    Tensor o = out;
+    graph_->record(cuda::KeyHasher().add(OP_COLS).add(src).add(static_cast<uint64_t>(c0)).add(o).h,
+                   [=](cudaStream_t s) mutable { cuda::copy_cols(src, c0, o, s); });
+}
+
+void CudaBackend::rope(Tensor& x, const Tensor& positions, const RopeParams& p) {
+    Tensor t = x;
+    cuda::KeyHasher k;
+    k.add(OP_ROPE).add(t).add(positions).add(static_cast<uint64_t>(p.rot_dim)).add(static_cast<uint64_t>(p.neox));
+    k.addf(p.attn_factor);
+    for (float f : p.inv_freq) k.addf(f);
+    graph_->record(k.h, [=](cudaStream_t s) mutable { cuda::rope(t, positions, p, s); });
+}
+
+void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
+                            int64_t n_past, float scale, Tensor& out) {
+    if (k_cache.ndim == 3 && (n_past < 0 || n_past + q.dim(0) > k_cache.dim(0)))
+        throw Error("cuda attention: KV cache overflow (n_past " + std::to_string(n_past) + " + T " +
+                    std::to_string(q.dim(0)) + " > " + std::to_string(k_cache.dim(0)) + ")");
+    cuda::AttnArgs a;
+    a.n_past = n_past;
+    a.scale = scale;
+    a.ws = attn_ws_;
+    a.ws_bytes = attn_ws_bytes_;
+    // With graphs the length comes from device memory so one captured decode step serves every length.
+    if (graph_->enabled()) a.n_past_dev = device_int(n_past);
+    Tensor kc = k_cache, vc = v_cache, o = out;
+    cuda::KeyHasher key;
+    key.add(OP_ATTN).add(q).add(k).add(v).add(kc).add(vc).add(o).addf(scale).add(a.n_past_dev);
+    if (!a.n_past_dev) key.add(static_cast<uint64_t>(n_past));
+    graph_->record(key.h, [=](cudaStream_t s) mutable { cuda::attention(q, k, v, kc, vc, a, o, s); });
+}
+
+void CudaBackend::conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& out) {
+    Tensor st = state, o = out;
+    graph_->record(cuda::KeyHasher().add(OP_CONV).add(x).add(w).add(st).add(o).h,
+                   [=](cudaStream_t s) mutable { cuda::conv1d_silu(x, w, st, o, s); });
+}
+
+void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
+                                   const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& state,
+                                   Tensor& out) {
+    Tensor st = state, o = out;
+    graph_->record(cuda::KeyHasher().add(OP_GDN).add(q).add(k).add(v).add(a).add(b).add(A_log).add(dt_bias).add(st).add(o).h,
+                   [=](cudaStream_t s) mutable { cuda::gated_delta_rule(q, k, v, a, b, A_log, dt_bias, st, o, s); });
+}
+
+void CudaBackend::gemm(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t s) {
+    const int64_t T = x.rows(), K = x.cols(), N = w.dim(0);
+    const float alpha = 1.0f, beta = 0.0f;
+    // Row-major out [T, N] = x [T, K] w^T is column-major out^T [N, T] = w^T(op T on the [K, N] view) x^T.
+    GRIMOIRE_CUBLAS_CHECK(cublasSetStream(cublas_, s));
+    GRIMOIRE_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(T),
+                                       static_cast<int>(K), &alpha, w.data, cuda_type(w.dtype), static_cast<int>(K),
+                                       x.data, cuda_type(x.dtype), static_cast<int>(K), &beta, out.data,
+                                       cuda_type(out.dtype), static_cast<int>(N), CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& out) {
+    if (w.ndim != 2 || x.cols() != w.dim(1) || out.numel() != x.rows() * w.dim(0))
+        throw Error("cuda matmul: x [T, K], w [N, K], out [T, N] shapes disagree (K " + std::to_string(x.cols()) +
+                    " vs " + std::to_string(w.ndim == 2 ? w.dim(1) : -1) + ")");
+    const int64_t T = x.rows(), N = w.dim(0);
+    Tensor o = out.view({T, N});
+    if (T <= cuda::kGemvMaxT) {
+        graph_->record(cuda::KeyHasher().add(OP_GEMV).add(x).add(w).add(o).h,
+                       [=](cudaStream_t s) mutable { cuda::gemv(x, w, o, s); });
+        return;
+    }
+    // cuBLAS wants x in w's dtype and out in w's dtype or F32: stage through scratch when they differ.
+    Tensor xin = x;
+    if (x.dtype != w.dtype) xin = scratch(w.dtype, {T, x.cols()});
+    Tensor gout = o;
+    const bool direct_out = o.dtype == w.dtype || o.dtype == DType::F32;
+    if (!direct_out) gout = scratch(DType::F32, {T, N});
+    graph_->record(cuda::KeyHasher().add(OP_GEMM).add(x).add(xin).add(w).add(gout).add(o).h,
+                   [=, this](cudaStream_t s) mutable {
+                       if (xin.data != x.data) cuda::convert(x, xin, s);
+                       gemm(xin, w, gout, s);
+                       if (gout.data != o.data) cuda::convert(gout, o, s);
+                   });
+}
+
+void CudaBackend::add_bias(Tensor& x, const Tensor& bias) {
+    Tensor t = x;
+    graph_->record(cuda::KeyHasher().add(OP_BIAS).add(t).add(bias).h,
+                   [=](cudaStream_t s) mutable { cuda::add_bias(t, bias, s); });
+}
+
+void CudaBackend::argmax(const Tensor& logits, Tensor& out) {
+    Tensor o = out;
+    graph_->record(cuda::KeyHasher().add(OP_ARGMAX).add(logits).add(o).h,
+                   [=](cudaStream_t s) mutable { cuda::argmax(logits, o, s); });
+}
+
+void CudaBackend::sample(const Tensor& logits, const Tensor& uniform, float temperature, int top_k, float top_p,
+                         Tensor& out) {
+    Tensor o = out;
+    graph_->record(cuda::KeyHasher().add(OP_SAMPLE).add(logits).add(uniform).addf(temperature)
+                       .add(static_cast<uint64_t>(top_k)).addf(top_p).add(o).h,
+                   [=](cudaStream_t s) mutable { cuda::sample(logits, uniform, temperature, top_k, top_p, o, s); });
+}
+
+std::unique_ptr<Backend> make_cuda_backend(std::string* why) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        if (why) *why = e != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(e) : "no CUDA device";
+        return nullptr;
+    }
+    try {
+        return std::make_unique<CudaBackend>(0);
+    } catch (const Error& err) {
+        if (why) *why = err.what();
+        return nullptr;
+    }
+}
+
+}  // namespace grimoire

@@ -1,0 +1,112 @@
+// CudaBackend: the Backend seam on one NVIDIA GPU. Activations are BF16 (norm statistics, softmax and the
+// DeltaNet state in fp32); weights are kept in the dtype upload() is asked for (BF16 for the model GEMMs).
+//
+// Decisions beyond the interface (see backend.h):
+//  * Every op is recorded by StepGraph and runs at the next host sync point (to_host, synchronize,
+//    free_persistent, reset_scratch); a step seen twice is captured as a CUDA graph and replayed from then on.
+//    Values that change per step (uploaded token ids / positions, attention's n_past) reach the kernels
+//    through device memory filled from pinned staging, so the graph stays valid at every length.
+//    GRIMOIRE_CUDA_GRAPHS=0 (or set_graphs(false)) launches every op immediately instead.
+//  * matmul: x of up to 8 rows (decode) uses the bandwidth-bound gemv kernel; larger x uses cuBLAS
+//    (cublasGemmEx, fp32 accumulation). x/out may be BF16 or F32; weights BF16, F16 or F32.
+//  * Shape relaxations match the CPU oracle: attention q/out [T, Hq, D] or [T, Hq*D] (Hkv, D from the cache),
+//    conv1d_silu w [C, K] or [C, 1, K].
+//  * --random-weights: set_random_weights(seed) makes upload() fill each tensor on the device with
+//    deterministic pseudo-random values of a sensible scale instead of reading the file (the loader runs
+//    unchanged over a header-only checkpoint), so a 27B-shaped model needs no 54 GB download.
+//  * Large uploads print a progress line (bytes, rate) on stderr.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/step_graph.h"
+
+namespace grimoire {
+
+class CudaBackend final : public Backend {
+public:
+    explicit CudaBackend(int device = 0);
+    ~CudaBackend() override;
+
+    Device device() const override { return Device::CUDA; }
+    std::string name() const override { return name_; }
+    DType act_dtype() const override { return DType::BF16; }
+    MemoryStats memory() const override;
+
+    Tensor upload(const TensorInfo& t, DType as) override;
+    Tensor upload_raw(const void* host, DType dtype, std::initializer_list<int64_t> shape) override;
+    Tensor alloc_persistent(DType dtype, std::initializer_list<int64_t> shape) override;
+    void free_persistent(Tensor& t) override;
+    Tensor scratch(DType dtype, std::initializer_list<int64_t> shape) override;
+    void reset_scratch() override;
+    void to_host(const Tensor& t, void* host) const override;
+    void from_host(Tensor& t, const void* host) override;
+    void zero(Tensor& t) override;
+    void copy(const Tensor& src, Tensor& dst) override;
+    void synchronize() override;
+
+    void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override;
+    void rmsnorm(const Tensor& x, const Tensor& w, float eps, NormKind kind, Tensor& out) override;
+    void rmsnorm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out) override;
+    void add(const Tensor& a, const Tensor& b, Tensor& out) override;
+    void scale(Tensor& x, float s) override;
+    void mul_sigmoid(Tensor& x, const Tensor& gate) override;
+    void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override;
+    void copy_cols(const Tensor& src, int64_t c0, Tensor& out) override;
+    void rope(Tensor& x, const Tensor& positions, const RopeParams& p) override;
+    void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
+                   int64_t n_past, float scale, Tensor& out) override;
+    void conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& out) override;
+    void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
+                          const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out) override;
+    void matmul(const Tensor& x, const Tensor& w, Tensor& out) override;
+    void add_bias(Tensor& x, const Tensor& bias) override;
+
+    // ---- CUDA-only ----
+    // Greedy / sampled token selection on the device: logits [R, V] -> out [R] I32 (device).
+    void argmax(const Tensor& logits, Tensor& out);
+    void sample(const Tensor& logits, const Tensor& uniform, float temperature, int top_k, float top_p, Tensor& out);
+    void set_graphs(bool on) { graph_->set_enabled(on); }
+    bool graphs() const { return graph_->enabled(); }
+    const cuda::StepGraph::Stats& graph_stats() const { return graph_->stats(); }
+    void set_random_weights(uint64_t seed) { random_seed_ = seed; }
+    // "weights X GiB, state ..., workspace ..., scratch ..." for banners.
+    std::string memory_report() const;
+    cudaStream_t stream() const { return stream_; }
+
+private:
+    Tensor make(DType dtype, std::initializer_list<int64_t> shape, cuda::Pool pool);
+    Tensor make_shaped(DType dtype, const std::vector<int64_t>& shape, cuda::Pool pool);
+    // Pinned staging for values that change per step (see class comment); flushes when full.
+    void* stage(const void* host, size_t bytes);
+    // A device int slot holding `value` at this point of the step (for kernels reading n_past).
+    const int* device_int(int64_t value);
+    void gemm(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t s);
+    void fill_random(Tensor& t, const std::string& name);
+    void report_upload(size_t bytes);
+
+    std::string name_;
+    cudaStream_t stream_ = nullptr;
+    cublasHandle_t cublas_ = nullptr;
+    std::unique_ptr<cuda::DeviceMemory> mem_;
+    std::unique_ptr<cuda::PinnedArena> pinned_;
+    std::unique_ptr<cuda::StepGraph> graph_;  // created after the stream
+    void* attn_ws_ = nullptr;
+    size_t attn_ws_bytes_ = 0;
+    void* cublas_ws_ = nullptr;
+    int* int_slots_ = nullptr;  // device ints for per-step scalars
+    int n_int_slots_ = 0;
+    std::optional<uint64_t> random_seed_;
+    // upload progress
+    size_t uploaded_ = 0;
+    double upload_t0_ = 0, last_report_ = 0;
+    bool reported_ = false;
+};
+
+}  // namespace grimoire

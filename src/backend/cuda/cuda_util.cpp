@@ -1,0 +1,24 @@
+#include "backend/cuda/cuda_util.h"
+
+#include "kernels/cuda/kernels.h"
+
+namespace grimoire::cuda {
+
+void throw_cuda(cudaError_t e, const char* what, const char* file, int line) {
+    throw Error(std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") in " + what +
+                " at " + file + ":" + std::to_string(line));
+}
+
+void throw_cublas(cublasStatus_t e, const char* what, const char* file, int line) {
+    throw Error(std::string("cuBLAS error ") + cublasGetStatusName(e) + " in " + what + " at " + file + ":" +
+                std::to_string(line));
+}
+
+// Declared in kernels/cuda/common.cuh: every launcher calls it right after its launch.
+void check_launch(const char* op) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        throw Error(std::string("CUDA kernel launch failed in ") + op + ": " + cudaGetErrorString(e));
+}
+
+}  // namespace grimoire::cuda

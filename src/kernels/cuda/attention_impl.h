@@ -1,0 +1,32 @@
+// Internal to the attention op: the launchers of its decode (split-K) and prefill (flash) halves, and the
+// split heuristic both the decode kernels and the workspace sizing use.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace grimoire::cuda::attn {
+
+// Split-K flash-decoding: a split covers at least kMinKeysPerSplit cache rows and there are at most kMaxSplits,
+// e.g. length 300 -> 2 splits of 150; 4096 -> 16 of 256; 32768 -> 64 of 512. Computed on the device from the
+// current length, so a graph captured at one length stays right at every other.
+constexpr int kMaxSplits = 64;
+constexpr int kMinKeysPerSplit = 256;
+__host__ __device__ constexpr int num_splits(int64_t len) {
+    const int64_t n = (len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+    return static_cast<int>(n < 1 ? 1 : (n > kMaxSplits ? kMaxSplits : n));
+}
+
+struct Geometry {
+    int64_t T, Hq, Hkv, D, max_ctx;
+};
+
+// kv_dt/q_dt/o_dt are the dtype codes of common.cuh. `ws` holds Hq * kMaxSplits * (D + 2) floats.
+void launch_decode(const void* q, int q_dt, const void* k_cache, const void* v_cache, int kv_dt, const Geometry& g,
+                   int64_t n_past, const int* n_past_dev, float scale, float* ws, void* out, int o_dt,
+                   cudaStream_t s);
+void launch_prefill(const void* q, int q_dt, const void* k_cache, const void* v_cache, int kv_dt,
+                    const Geometry& g, int64_t n_past, const int* n_past_dev, float scale, void* out, int o_dt,
+                    cudaStream_t s);
+
+}  // namespace grimoire::cuda::attn

@@ -1,0 +1,70 @@
+// Device helpers shared by the CUDA kernels: dtype-generic loads/stores (activations may be BF16 or F32,
+// small parameter vectors F32 or BF16), warp/block reductions, and the launch-error check.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace grimoire::cuda {
+
+// The dtype codes kernels branch on (uniform per launch, so the branch costs nothing measurable).
+enum : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
+
+inline int dt_code(DType t, const char* op, const char* arg) {
+    switch (t) {
+        case DType::F32: return kF32;
+        case DType::BF16: return kBF16;
+        case DType::F16: return kF16;
+        default: break;
+    }
+    throw Error(std::string("cuda ") + op + ": " + arg + " has unsupported dtype " + std::string(dtype_name(t)));
+}
+
+__device__ __forceinline__ float ld(const void* p, int dt, int64_t i) {
+    if (dt == kBF16) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    if (dt == kF16) return __half2float(static_cast<const __half*>(p)[i]);
+    return static_cast<const float*>(p)[i];
+}
+__device__ __forceinline__ void st(void* p, int dt, int64_t i, float v) {
+    if (dt == kBF16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
+    else if (dt == kF16) static_cast<__half*>(p)[i] = __float2half(v);
+    else static_cast<float*>(p)[i] = v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ __forceinline__ float block_sum(float v, float* red /* [32] shared */) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float s = lane < nw ? red[lane] : 0.0f;
+    return warp_sum(s);
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+inline unsigned grid_for(int64_t n, int threads) {
+    int64_t g = (n + threads - 1) / threads;
+    return static_cast<unsigned>(g < 1 ? 1 : (g > 65535LL * 32 ? 65535LL * 32 : g));
+}
+
+void check_launch(const char* op);  // throws Error naming the op when the last launch failed
+
+}  // namespace grimoire::cuda

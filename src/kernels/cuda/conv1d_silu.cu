@@ -1,0 +1,71 @@
+// Depthwise causal conv1d (tap K-1 = current token) + SiLU, carrying the last K-1 pre-conv rows in `state`.
+// Every (token, channel) output is independent, so one thread each (a long prefill is not serialised over
+// tokens); a second tiny kernel then shifts the state, after every output has read the old one.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace grimoire::cuda {
+
+namespace {
+constexpr int kMaxK = 8;
+}
+
+static __global__ void conv1d_silu_kernel(const void* __restrict__ x,  // [T, C]
+                                          int xdt,
+                                          const void* __restrict__ w,  // [C, K]
+                                          int wdt,
+                                          const void* __restrict__ state,  // [K-1, C], oldest row first
+                                          int sdt, int64_t T, int64_t C, int K,
+                                          void* __restrict__ out,  // [T, C]
+                                          int odt) {
+    const int64_t n = T * C;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t t = i / C, c = i % C;
+        float acc = 0.0f;
+        for (int j = 0; j < K; ++j) {
+            const int64_t src = t - (K - 1) + j;  // token index; negative = still in the carried state
+            const float v = src >= 0 ? ld(x, xdt, src * C + c) : ld(state, sdt, (K - 1 + src) * C + c);
+            acc += ld(w, wdt, c * K + j) * v;
+        }
+        st(out, odt, i, acc * sigmoidf_(acc));
+    }
+}
+
+// state[j] = the (T + j)-th row of [old state ; x]. Ascending j per channel reads row T + j before any
+// thread writes it (writes go to j < T + j), so in place is safe.
+static __global__ void conv_state_kernel(const void* __restrict__ x, int xdt, void* state, int sdt, int64_t T,
+                                         int64_t C, int K) {
+    const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (c >= C) return;
+    for (int j = 0; j < K - 1; ++j) {
+        const int64_t src = T + j;  // index into [old state (K-1 rows) ; x (T rows)]
+        const float v = src < K - 1 ? ld(state, sdt, src * C + c) : ld(x, xdt, (src - (K - 1)) * C + c);
+        st(state, sdt, j * C + c, v);
+    }
+}
+
+static void launch_conv1d_silu(const void* x, int xdt, const void* w, int wdt, void* state, int sdt, int64_t T,
+                               int64_t C, int K, void* out, int odt, cudaStream_t s) {
+    conv1d_silu_kernel<<<grid_for(T * C, 256), 256, 0, s>>>(x, xdt, w, wdt, state, sdt, T, C, K, out, odt);
+    check_launch("conv1d_silu");
+    if (K > 1) {
+        conv_state_kernel<<<grid_for(C, 256), 256, 0, s>>>(x, xdt, state, sdt, T, C, K);
+        check_launch("conv1d_silu state");
+    }
+}
+
+void conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& out, cudaStream_t s) {
+    const int64_t C = x.cols(), T = x.rows();
+    const int64_t K = w.numel() / (C ? C : 1);
+    if (C == 0 || w.numel() != C * K || K < 1 || K > kMaxK)
+        throw Error("cuda conv1d_silu: w must be [C, K] with K <= 8 for x [T, C]");
+    if (state.numel() != (K - 1) * C || out.numel() != x.numel())
+        throw Error("cuda conv1d_silu: state must be [K-1, C] and out [T, C]");
+    if (T == 0) return;
+    launch_conv1d_silu(x.data, dt_code(x.dtype, "conv1d_silu", "x"), w.data, dt_code(w.dtype, "conv1d_silu", "w"),
+                       state.data, dt_code(state.dtype, "conv1d_silu", "state"), T, C, static_cast<int>(K), out.data,
+                       dt_code(out.dtype, "conv1d_silu", "out"), s);
+}
+
+}  // namespace grimoire::cuda

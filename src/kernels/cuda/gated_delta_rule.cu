@@ -1,0 +1,141 @@
+// Gated DeltaNet recurrence (models-and-formats.md §1.4 steps 4-7), token by token, fp32 state.
+//
+// Block = (value head h, 32-column tile of dv), 4 warps. Thread (tx, ty) keeps column j = tile*32 + tx of
+// the state for rows ty, ty+4, ... (dk/4 of them, in registers) for the whole sequence, so the state is read
+// and written once per call however many tokens run. Per token: L2-normalise q, k of key head h/(Hv/Hk) in
+// shared memory, decay the state, u = beta (v - S^T k), S += k u^T, o = S^T q; the two column sums over rows
+// are reduced across the 4 warps through shared memory.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.h"
+
+namespace grimoire::cuda {
+
+namespace {
+constexpr int kRowGroups = 4;                     // warps per block, each owning every 4th state row
+constexpr int kMaxDk = 128;                       // rows per thread <= kMaxDk / kRowGroups
+constexpr int kRowsPerThread = kMaxDk / kRowGroups;
+
+struct GdnParams {
+    const void* q; const void* k; const void* v; const void* a; const void* b;  // [T,Hk,dk] x2, [T,Hv,dv], [T,Hv] x2
+    const void* A_log; const void* dt_bias;                                     // [Hv]
+    float* state;                                                               // [Hv, dk, dv] f32
+    void* out;                                                                  // [T, Hv, dv]
+    int qdt, kdt, vdt, adt, bdt, Adt, ddt, odt;
+    int64_t T, Hk, Hv, dk, dv;
+};
+
+__device__ __forceinline__ float softplus_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+}  // namespace
+
+static __global__ void __launch_bounds__(32 * kRowGroups) gdn_recurrent_kernel(GdnParams p) {
+    __shared__ float qn[kMaxDk], kn[kMaxDk];
+    __shared__ float part[kRowGroups][32];
+    __shared__ float red[32];
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, tid = threadIdx.x;
+    const int64_t h = blockIdx.x, kh = h / (p.Hv / p.Hk);
+    const int64_t j = blockIdx.y * 32 + tx;
+    const bool col_ok = j < p.dv;
+    const int nr = static_cast<int>((p.dk - ty + kRowGroups - 1) / kRowGroups);  // rows ty, ty+4, ... < dk
+    float* S = p.state + h * p.dk * p.dv;
+
+    float s[kRowsPerThread];
+#pragma unroll
+    for (int m = 0; m < kRowsPerThread; ++m)
+        s[m] = (m < nr && col_ok) ? S[(ty + m * kRowGroups) * p.dv + j] : 0.0f;
+
+    const float A = expf(ld(p.A_log, p.Adt, h));
+    const float dtb = ld(p.dt_bias, p.ddt, h);
+    const float qscale = rsqrtf(static_cast<float>(p.dk));
+    for (int64_t t = 0; t < p.T; ++t) {
+        const int64_t qk_off = (t * p.Hk + kh) * p.dk;
+        const float qv = tid < p.dk ? ld(p.q, p.qdt, qk_off + tid) : 0.0f;
+        const float kv = tid < p.dk ? ld(p.k, p.kdt, qk_off + tid) : 0.0f;
+        const float vj = col_ok ? ld(p.v, p.vdt, (t * p.Hv + h) * p.dv + j) : 0.0f;
+        const float av = ld(p.a, p.adt, t * p.Hv + h), bv = ld(p.b, p.bdt, t * p.Hv + h);
+        const float qss = block_sum(qv * qv, red);
+        const float kss = block_sum(kv * kv, red);
+        if (tid < p.dk) {
+            qn[tid] = qv * rsqrtf(qss + 1e-6f) * qscale;
+            kn[tid] = kv * rsqrtf(kss + 1e-6f);
+        }
+        __syncthreads();
+        const float decay = expf(-A * softplus_(av + dtb));
+        const float beta = 1.0f / (1.0f + expf(-bv));
+
+        float acc = 0.0f;
+#pragma unroll
+        for (int m = 0; m < kRowsPerThread; ++m) {
+            if (m < nr) {
+                s[m] *= decay;
+                acc += s[m] * kn[ty + m * kRowGroups];
+            }
+        }
+        part[ty][tx] = acc;
+        __syncthreads();
+        float sk = 0.0f;
+#pragma unroll
+        for (int g = 0; g < kRowGroups; ++g) sk += part[g][tx];
+        const float u = beta * (vj - sk);
+        __syncthreads();  // everyone has read part[] before it is reused
+
+        float o = 0.0f;
+#pragma unroll
+        for (int m = 0; m < kRowsPerThread; ++m) {
+            if (m < nr) {
+                s[m] += kn[ty + m * kRowGroups] * u;
+                o += s[m] * qn[ty + m * kRowGroups];
+            }
+        }
+        part[ty][tx] = o;
+        __syncthreads();
+        if (ty == 0 && col_ok) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int g = 0; g < kRowGroups; ++g) sum += part[g][tx];
+            st(p.out, p.odt, (t * p.Hv + h) * p.dv + j, sum);
+        }
+        __syncthreads();  // part[], qn, kn are rewritten by the next token
+    }
+#pragma unroll
+    for (int m = 0; m < kRowsPerThread; ++m)
+        if (m < nr && col_ok) S[(ty + m * kRowGroups) * p.dv + j] = s[m];
+}
+
+static void launch_gdn_recurrent(const GdnParams& p, cudaStream_t s) {
+    dim3 grid(static_cast<unsigned>(p.Hv), static_cast<unsigned>((p.dv + 31) / 32));
+    gdn_recurrent_kernel<<<grid, 32 * kRowGroups, 0, s>>>(p);
+    check_launch("gated_delta_rule");
+}
+
+void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
+                      const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out, cudaStream_t s) {
+    if (q.ndim != 3 || k.ndim != 3 || v.ndim != 3) throw Error("cuda gated_delta_rule: q, k, v must be 3-D");
+    GdnParams p{};
+    p.T = q.dim(0);
+    p.Hk = q.dim(1);
+    p.dk = q.dim(2);
+    p.Hv = v.dim(1);
+    p.dv = v.dim(2);
+    if (k.numel() != q.numel() || v.dim(0) != p.T || p.Hk == 0 || p.Hv % p.Hk != 0)
+        throw Error("cuda gated_delta_rule: q, k [T, Hk, dk], v [T, Hv, dv] with Hv a multiple of Hk");
+    if (p.dk > kMaxDk) throw Error("cuda gated_delta_rule: dk " + std::to_string(p.dk) + " > 128 unsupported");
+    if (a.numel() != p.T * p.Hv || b.numel() != p.T * p.Hv || A_log.numel() != p.Hv || dt_bias.numel() != p.Hv)
+        throw Error("cuda gated_delta_rule: a, b must be [T, Hv] and A_log, dt_bias [Hv]");
+    if (state.dtype != DType::F32 || state.numel() != p.Hv * p.dk * p.dv)
+        throw Error("cuda gated_delta_rule: state must be [Hv, dk, dv] F32");
+    if (out.numel() != v.numel()) throw Error("cuda gated_delta_rule: out must be [T, Hv, dv]");
+    if (p.T == 0) return;
+    const char* op = "gated_delta_rule";
+    p.q = q.data; p.qdt = dt_code(q.dtype, op, "q");
+    p.k = k.data; p.kdt = dt_code(k.dtype, op, "k");
+    p.v = v.data; p.vdt = dt_code(v.dtype, op, "v");
+    p.a = a.data; p.adt = dt_code(a.dtype, op, "a");
+    p.b = b.data; p.bdt = dt_code(b.dtype, op, "b");
+    p.A_log = A_log.data; p.Adt = dt_code(A_log.dtype, op, "A_log");
+    p.dt_bias = dt_bias.data; p.ddt = dt_code(dt_bias.dtype, op, "dt_bias");
+    p.state = state.ptr<float>();
+    p.out = out.data; p.odt = dt_code(out.dtype, op, "out");
+    launch_gdn_recurrent(p, s);
+}
+
+}  // namespace grimoire::cuda

@@ -1,0 +1,63 @@
+// CUDA kernel entry points (one op per .cu beside this header). Each entry point validates shapes and dtypes
+// and throws grimoire::Error naming the op; inside each .cu a static launcher takes raw pointers + stream and
+// a static __global__ kernel does the work. Activations may be BF16 or F32 (math in fp32); every launch is
+// on the given stream and none synchronises, so a sequence of them can be captured into a CUDA graph.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "core/tensor.h"
+
+namespace grimoire::cuda {
+
+// out [T, H] = table [V, H] rows ids [T] (I32).
+void embedding(const Tensor& table, const Tensor& ids, Tensor& out, cudaStream_t s);
+// Row-wise RMSNorm over the last dim; in place allowed.
+void rmsnorm(const Tensor& x, const Tensor& w, float eps, NormKind kind, Tensor& out, cudaStream_t s);
+// out = w * (x / rms(x)) * silu(z), rows of w.numel().
+void rmsnorm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out, cudaStream_t s);
+void add(const Tensor& a, const Tensor& b, Tensor& out, cudaStream_t s);
+void scale(Tensor& x, float v, cudaStream_t s);
+void mul_sigmoid(Tensor& x, const Tensor& gate, cudaStream_t s);
+void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out, cudaStream_t s);
+void copy_cols(const Tensor& src, int64_t c0, Tensor& out, cudaStream_t s);
+void add_bias(Tensor& x, const Tensor& bias, cudaStream_t s);
+// Element-wise dtype conversion (F32/BF16/F16), same element count.
+void convert(const Tensor& src, Tensor& dst, cudaStream_t s);
+void rope(Tensor& x, const Tensor& positions, const RopeParams& p, cudaStream_t s);
+
+// Decode/prefill attention. `n_past_dev` (device int, may be null) overrides `n_past` when given: a
+// captured graph reads the current length from it at replay. `ws` is device workspace of attention_ws_bytes().
+struct AttnArgs {
+    int64_t n_past = 0;
+    const int* n_past_dev = nullptr;
+    float scale = 1.0f;
+    void* ws = nullptr;
+    size_t ws_bytes = 0;
+};
+size_t attention_ws_bytes(int64_t Hq, int64_t D);
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
+               const AttnArgs& a, Tensor& out, cudaStream_t s);
+
+void conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& out, cudaStream_t s);
+void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
+                      const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out, cudaStream_t s);
+
+// y [T, N] = x [T, K] @ w [N, K]^T for small T (decode), bandwidth-bound; x, y BF16/F32, w BF16/F16/F32.
+constexpr int64_t kGemvMaxT = 8;
+void gemv(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t s);
+
+// Token selection on the device. logits [R, V] (F32/BF16) -> out [R] I32.
+void argmax(const Tensor& logits, Tensor& out, cudaStream_t s);
+// Samples from softmax(logits / temperature) restricted to the top_k largest (top_k <= 64, 0 = 64) and the
+// smallest prefix whose mass reaches top_p; `uniform` [R] F32 in [0, 1) supplies the randomness.
+void sample(const Tensor& logits, const Tensor& uniform, float temperature, int top_k, float top_p, Tensor& out,
+            cudaStream_t s);
+
+// Fills n elements of dtype at p with uniform values in [-amp, amp) + offset from a counter-based hash of
+// (seed, index): deterministic, no state. Used by --random-weights.
+void random_fill(void* p, DType dtype, int64_t n, uint64_t seed, float amp, float offset, cudaStream_t s);
+
+}  // namespace grimoire::cuda
