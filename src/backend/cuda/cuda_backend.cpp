@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,7 +44,8 @@ bool ends_with(const std::string& s, const char* suf) {
 }
 }  // namespace
 
-CudaBackend::CudaBackend(int dev) {
+CudaBackend::CudaBackend(int dev, DType act) : act_(act) {
+    if (act != DType::BF16 && act != DType::F32) throw Error("cuda backend: activations must be BF16 or F32");
     GRIMOIRE_CUDA_CHECK(cudaSetDevice(dev));
     cudaDeviceProp prop{};
     GRIMOIRE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
@@ -400,16 +402,20 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& out) {
                        [=](cudaStream_t s) mutable { cuda::gemv(x, w, o, s); });
         return;
     }
-    // cuBLAS wants x in w's dtype and out in w's dtype or F32: stage through scratch when they differ.
+    // cuBLAS wants x in w's dtype and out in w's dtype or F32: stage through scratch when they differ. In the
+    // F32 reference mode the weight is widened instead, so the product stays fp32 throughout.
+    Tensor wt = w;
+    if (x.dtype == DType::F32 && w.dtype != DType::F32) wt = scratch(DType::F32, {N, w.dim(1)});
     Tensor xin = x;
-    if (x.dtype != w.dtype) xin = scratch(w.dtype, {T, x.cols()});
+    if (x.dtype != wt.dtype) xin = scratch(wt.dtype, {T, x.cols()});
     Tensor gout = o;
-    const bool direct_out = o.dtype == w.dtype || o.dtype == DType::F32;
+    const bool direct_out = o.dtype == wt.dtype || o.dtype == DType::F32;
     if (!direct_out) gout = scratch(DType::F32, {T, N});
-    graph_->record(cuda::KeyHasher().add(OP_GEMM).add(x).add(xin).add(w).add(gout).add(o).h,
+    graph_->record(cuda::KeyHasher().add(OP_GEMM).add(x).add(xin).add(w).add(wt).add(gout).add(o).h,
                    [=, this](cudaStream_t s) mutable {
+                       if (wt.data != w.data) cuda::convert(w, wt, s);
                        if (xin.data != x.data) cuda::convert(x, xin, s);
-                       gemm(xin, w, gout, s);
+                       gemm(xin, wt, gout, s);
                        if (gout.data != o.data) cuda::convert(gout, o, s);
                    });
 }
@@ -443,7 +449,9 @@ std::unique_ptr<Backend> make_cuda_backend(std::string* why) {
         return nullptr;
     }
     try {
-        return std::make_unique<CudaBackend>(0);
+        const char* act = std::getenv("GRIMOIRE_CUDA_ACT");
+        const bool f32 = act && (std::strcmp(act, "f32") == 0 || std::strcmp(act, "F32") == 0);
+        return std::make_unique<CudaBackend>(0, f32 ? DType::F32 : DType::BF16);
     } catch (const Error& err) {
         if (why) *why = err.what();
         return nullptr;

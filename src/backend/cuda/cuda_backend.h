@@ -31,12 +31,14 @@ namespace grimoire {
 
 class CudaBackend final : public Backend {
 public:
-    explicit CudaBackend(int device = 0);
+    // act = BF16 (production) or F32 (a reference mode: GEMMs then run in fp32, for tight comparisons with
+    // the CPU oracle; GRIMOIRE_CUDA_ACT=f32 selects it through make_cuda_backend).
+    explicit CudaBackend(int device = 0, DType act = DType::BF16);
     ~CudaBackend() override;
 
     Device device() const override { return Device::CUDA; }
     std::string name() const override { return name_; }
-    DType act_dtype() const override { return DType::BF16; }
+    DType act_dtype() const override { return act_; }
     MemoryStats memory() const override;
 
     Tensor upload(const TensorInfo& t, DType as) override;
@@ -92,6 +94,7 @@ private:
     void report_upload(size_t bytes);
 
     std::string name_;
+    DType act_ = DType::BF16;
     cudaStream_t stream_ = nullptr;
     cublasHandle_t cublas_ = nullptr;
     std::unique_ptr<cuda::DeviceMemory> mem_;

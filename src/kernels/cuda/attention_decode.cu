@@ -29,14 +29,7 @@ struct DecodeParams {
 template <int EPL>
 __device__ __forceinline__ void load_row(const __nv_bfloat16* p, float* f) {
     if constexpr (EPL == 8) {
-        const uint4 u = *reinterpret_cast<const uint4*>(p);
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const float2 t = __bfloat1622float2(h[i]);
-            f[2 * i] = t.x;
-            f[2 * i + 1] = t.y;
-        }
+        load_bf16x8(p, f);
     } else if constexpr (EPL == 4) {
         const uint2 u = *reinterpret_cast<const uint2*>(p);
         const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);

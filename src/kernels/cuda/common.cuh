@@ -58,6 +58,18 @@ __device__ __forceinline__ float block_sum(float v, float* red /* [32] shared */
     return warp_sum(s);
 }
 
+// Eight consecutive BF16 values (16-byte aligned) as fp32: one 128-bit load.
+__device__ __forceinline__ void load_bf16x8(const __nv_bfloat16* p, float* f) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 t = __bfloat1622float2(h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
 inline unsigned grid_for(int64_t n, int threads) {

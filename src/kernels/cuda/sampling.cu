@@ -14,6 +14,18 @@ constexpr int kMaxTopK = 64;
 // (v, i) beats (bv, bi) when v is larger, or equal with a lower index.
 __device__ __forceinline__ bool better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
 
+// Warp-wide best (value, index); every lane gets it.
+__device__ __forceinline__ void warp_best(float& bv, int& bi) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (better(ov, oi, bv, bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+}
+
 // Block argmax among elements strictly after (pv, pi) in the (value desc, index asc) order.
 __device__ void block_argmax_after(const void* row, int dt, int V, float pv, int pi, float* out_v, int* out_i) {
     __shared__ float sv[32];
@@ -29,14 +41,7 @@ __device__ void block_argmax_after(const void* row, int dt, int V, float pv, int
             bi = i;
         }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (better(ov, oi, bv, bi)) {
-            bv = ov;
-            bi = oi;
-        }
-    }
+    warp_best(bv, bi);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __syncthreads();
     if (lane == 0) {
@@ -48,14 +53,7 @@ __device__ void block_argmax_after(const void* row, int dt, int V, float pv, int
         const int nw = blockDim.x / 32;
         bv = lane < nw ? sv[lane] : -INFINITY;
         bi = lane < nw ? si[lane] : INT_MAX;
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (better(ov, oi, bv, bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        warp_best(bv, bi);
         if (lane == 0) {
             sv[0] = bv;
             si[0] = bi;
