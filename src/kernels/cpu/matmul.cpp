@@ -1,12 +1,13 @@
 // out [T, N] = x [T, K] @ w [N, K]^T with a BF16 / F16 / F32 weight, fp32 accumulation.
 //
-// Two paths, both split over N with parallel_for:
-//  * T < 4 (decode): a streaming dot product per weight row. Memory-bound, so the weight row is read once
-//    and converted in registers for all T activation rows.
-//  * T >= 4 (prefill): a tile of kNB weight rows x kKB columns is converted to fp32 once, transposed so the
-//    inner loop runs along N, and reused across every T row by a 4 x 16 register-blocked outer-product
-//    kernel (no horizontal reductions, so it vectorises without -ffast-math).
-// With GCC on x86-64 the two workers are also cloned for x86-64-v3 (AVX2 + FMA), picked at load time.
+// Register-blocked dot products: two weight rows against groups of four activation rows (8 vector
+// accumulators), split over N with parallel_for. The two weight rows stay in L1 while every activation row
+// of the block uses them, so the weights stream from memory once per block of kDotMaxT rows; with T > 4 a
+// BF16/F16 row pair is first widened to fp32 in an L1 buffer (converted once, reused by every row group),
+// with T <= 4 (decode) it is widened in registers. The vector-extension accumulators need no -ffast-math.
+// (A transposed-tile outer-product kernel was slower here: its strided conversion costs more than it saves;
+// see the CPU section of docs/BENCHMARKS.md.)
+// With GCC on x86-64 the worker is also cloned for x86-64-v3 (AVX2 + FMA), picked at load time.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -32,9 +33,13 @@ typedef float v8f __attribute__((vector_size(32)));
 typedef uint16_t v8u16 __attribute__((vector_size(16)));
 typedef uint32_t v8u32 __attribute__((vector_size(32)));
 
-constexpr int64_t kNB = 16;   // weight rows (output columns) per tile: two v8f
-constexpr int64_t kKB = 256;  // K per tile: kNB * kKB * 4 = 16 KiB stays in L1
-constexpr int64_t kTB = 4;    // activation rows per register block
+// Activation rows per pass over the weights: 64 * K * 4 bytes of x (512 KiB at K = 2048) stays in L2
+// (best of 4..64 on a Xeon with 2 MiB L2 per core, docs/BENCHMARKS.md).
+// Overridable at compile time for tuning runs of bench/bench_cpu_matmul.cpp.
+#ifndef GRIMOIRE_MATMUL_TBLOCK
+#define GRIMOIRE_MATMUL_TBLOCK 64
+#endif
+constexpr int64_t kDotMaxT = GRIMOIRE_MATMUL_TBLOCK;
 
 inline v8f load8(const float* p) {
     v8f v;
@@ -83,84 +88,63 @@ inline void row_to_f32(const void* w, DType dt, int64_t K, int64_t row, int64_t 
     }
 }
 
-// Decode path: rows [n0, n1) of w against TT activation rows.
-template <int TT>
-GRIMOIRE_SIMD_CLONES void gemv_rows(const float* x, const void* w, DType dt, int64_t K, int64_t N, int64_t n0,
-                                    int64_t n1, float* out) {
-    std::vector<float> wrow(dt == DType::F16 ? static_cast<size_t>(K) : 0);
+// acc[t][r] = x[t, :] . w[r, :] for TT activation rows and NR consecutive weight rows, written to
+// out[t * N + r]. BF: the weight rows are BF16 (widened in registers), else fp32.
+template <bool BF, int TT, int NR>
+[[gnu::always_inline]] inline void dot_tile(const float* x, const void* w, int64_t K, float* out, int64_t N) {
+    const float* wf = static_cast<const float*>(w);
+    const uint16_t* wb = static_cast<const uint16_t*>(w);
     const int64_t K8 = K / 8 * 8;
-    for (int64_t n = n0; n < n1; ++n) {
-        const float* wf = nullptr;
-        if (dt == DType::F16) {
-            row_to_f32(w, dt, K, n, 0, K, wrow.data());
-            wf = wrow.data();
-        } else if (dt == DType::F32) {
-            wf = static_cast<const float*>(w) + n * K;
-        }
-        const uint16_t* wb = static_cast<const uint16_t*>(w) + n * K;
-        v8f acc[TT] = {};
-        for (int64_t k = 0; k < K8; k += 8) {
-            const v8f wv = wf ? load8(wf + k) : bf16x8(wb + k);
-            for (int t = 0; t < TT; ++t) acc[t] += wv * load8(x + t * K + k);
-        }
+    v8f acc[TT][NR] = {};
+    for (int64_t k = 0; k < K8; k += 8) {
+        v8f wv[NR];
+        for (int r = 0; r < NR; ++r) wv[r] = BF ? bf16x8(wb + r * K + k) : load8(wf + r * K + k);
         for (int t = 0; t < TT; ++t) {
-            float s = hsum(acc[t]);
-            for (int64_t k = K8; k < K; ++k) s += (wf ? wf[k] : bf16_to_f32(wb[k])) * x[t * K + k];
-            out[t * N + n] = s;
+            const v8f xv = load8(x + t * K + k);
+            for (int r = 0; r < NR; ++r) acc[t][r] += xv * wv[r];
         }
+    }
+    for (int t = 0; t < TT; ++t)
+        for (int r = 0; r < NR; ++r) {
+            float s = hsum(acc[t][r]);
+            for (int64_t k = K8; k < K; ++k) s += (BF ? bf16_to_f32(wb[r * K + k]) : wf[r * K + k]) * x[t * K + k];
+            out[t * N + r] = s;
+        }
+}
+
+template <bool BF, int NR>
+[[gnu::always_inline]] inline void dot_rows_t(const float* x, const void* w, int64_t T, int64_t K, int64_t N, float* out) {
+    int64_t t0 = 0;
+    for (; t0 + 4 <= T; t0 += 4) dot_tile<BF, 4, NR>(x + t0 * K, w, K, out + t0 * N, N);
+    switch (T - t0) {
+        case 3: dot_tile<BF, 3, NR>(x + t0 * K, w, K, out + t0 * N, N); break;
+        case 2: dot_tile<BF, 2, NR>(x + t0 * K, w, K, out + t0 * N, N); break;
+        case 1: dot_tile<BF, 1, NR>(x + t0 * K, w, K, out + t0 * N, N); break;
+        default: break;
     }
 }
 
-// Prefill path: weight row tiles [tile0, tile1) of kNB rows each, against all T rows.
-GRIMOIRE_SIMD_CLONES void gemm_tiles(const float* x, const void* w, DType dt, int64_t T, int64_t K, int64_t N,
-                                     int64_t tile0, int64_t tile1, float* out) {
-    std::vector<float> wt(static_cast<size_t>(kKB * kNB));   // [kb, kNB] transposed fp32 weight tile
-    std::vector<float> acc(static_cast<size_t>(T * kNB));    // [T, kNB] running sums of this tile
-    std::vector<float> wrow(static_cast<size_t>(kKB));
-    for (int64_t tile = tile0; tile < tile1; ++tile) {
-        const int64_t n0 = tile * kNB, nb = std::min(kNB, N - n0);
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int64_t k0 = 0; k0 < K; k0 += kKB) {
-            const int64_t kb = std::min(kKB, K - k0);
-            for (int64_t j = 0; j < kNB; ++j) {
-                if (j < nb) row_to_f32(w, dt, K, n0 + j, k0, kb, wrow.data());
-                for (int64_t kk = 0; kk < kb; ++kk) wt[static_cast<size_t>(kk * kNB + j)] = j < nb ? wrow[static_cast<size_t>(kk)] : 0.0f;
-            }
-            int64_t t0 = 0;
-            for (; t0 + kTB <= T; t0 += kTB) {
-                v8f c[kTB][2];
-                for (int r = 0; r < kTB; ++r) {
-                    c[r][0] = load8(&acc[static_cast<size_t>((t0 + r) * kNB)]);
-                    c[r][1] = load8(&acc[static_cast<size_t>((t0 + r) * kNB + 8)]);
-                }
-                const float* xb = x + t0 * K + k0;
-                for (int64_t kk = 0; kk < kb; ++kk) {
-                    const v8f w0 = load8(&wt[static_cast<size_t>(kk * kNB)]);
-                    const v8f w1 = load8(&wt[static_cast<size_t>(kk * kNB + 8)]);
-                    for (int r = 0; r < kTB; ++r) {
-                        const float xv = xb[r * K + kk];
-                        c[r][0] += xv * w0;
-                        c[r][1] += xv * w1;
-                    }
-                }
-                for (int r = 0; r < kTB; ++r) {
-                    store8(&acc[static_cast<size_t>((t0 + r) * kNB)], c[r][0]);
-                    store8(&acc[static_cast<size_t>((t0 + r) * kNB + 8)], c[r][1]);
-                }
-            }
-            for (; t0 < T; ++t0) {  // leftover rows, one at a time
-                v8f c0 = load8(&acc[static_cast<size_t>(t0 * kNB)]), c1 = load8(&acc[static_cast<size_t>(t0 * kNB + 8)]);
-                const float* xb = x + t0 * K + k0;
-                for (int64_t kk = 0; kk < kb; ++kk) {
-                    c0 += xb[kk] * load8(&wt[static_cast<size_t>(kk * kNB)]);
-                    c1 += xb[kk] * load8(&wt[static_cast<size_t>(kk * kNB + 8)]);
-                }
-                store8(&acc[static_cast<size_t>(t0 * kNB)], c0);
-                store8(&acc[static_cast<size_t>(t0 * kNB + 8)], c1);
-            }
+// Weight rows [n0, n1), two at a time, against every activation row in groups of 4.
+GRIMOIRE_SIMD_CLONES void dot_rows(const float* x, const void* w, DType dt, int64_t T, int64_t K, int64_t N,
+                                   int64_t n0, int64_t n1, float* out) {
+    std::vector<float> wrows(dt != DType::F32 ? static_cast<size_t>(2 * K) : 0);
+    const size_t es = dtype_size(dt);
+    for (int64_t n = n0; n < n1; n += 2) {
+        const int nr = n + 1 < n1 ? 2 : 1;
+        const void* wp = static_cast<const uint8_t*>(w) + static_cast<size_t>(n * K) * es;
+        bool bf = dt == DType::BF16;
+        if (dt == DType::F16 || (bf && T > 4)) {  // widen once, reuse for every group of 4 rows
+            bf = false;
+            for (int r = 0; r < nr; ++r) row_to_f32(w, dt, K, n + r, 0, K, wrows.data() + r * K);
+            wp = wrows.data();
         }
-        for (int64_t t = 0; t < T; ++t)
-            std::memcpy(out + t * N + n0, &acc[static_cast<size_t>(t * kNB)], static_cast<size_t>(nb) * 4);
+        if (bf) {
+            if (nr == 2) dot_rows_t<true, 2>(x, wp, T, K, N, out + n);
+            else dot_rows_t<true, 1>(x, wp, T, K, N, out + n);
+        } else {
+            if (nr == 2) dot_rows_t<false, 2>(x, wp, T, K, N, out + n);
+            else dot_rows_t<false, 1>(x, wp, T, K, N, out + n);
+        }
     }
 }
 
@@ -170,19 +154,14 @@ void matmul(const float* x, const void* w, DType w_dtype, int64_t T, int64_t K, 
     GRIMOIRE_CHECK(w_dtype == DType::F32 || w_dtype == DType::BF16 || w_dtype == DType::F16,
                    "matmul: weight dtype must be F32, BF16 or F16");
     if (T <= 0 || N <= 0) return;
-    if (T < kTB) {
-        // Chunks of >= 16 rows keep the per-row overhead and the fork/join cost small.
+    // Blocks of kDotMaxT activation rows keep x's block (kDotMaxT * K * 4 bytes) in L2 while every weight row
+    // streams past it once per block.
+    for (int64_t t0 = 0; t0 < T; t0 += kDotMaxT) {
+        const int64_t tb = std::min(kDotMaxT, T - t0);
         parallel_for(N, [&](int64_t n0, int64_t n1) {
-            switch (T) {
-                case 1: gemv_rows<1>(x, w, w_dtype, K, N, n0, n1, out); break;
-                case 2: gemv_rows<2>(x, w, w_dtype, K, N, n0, n1, out); break;
-                default: gemv_rows<3>(x, w, w_dtype, K, N, n0, n1, out); break;
-            }
+            dot_rows(x + t0 * K, w, w_dtype, tb, K, N, n0, n1, out + t0 * N);
         }, 16);
-        return;
     }
-    const int64_t tiles = (N + kNB - 1) / kNB;
-    parallel_for(tiles, [&](int64_t a, int64_t b) { gemm_tiles(x, w, w_dtype, T, K, N, a, b, out); });
 }
 
 }  // namespace grimoire::cpu
