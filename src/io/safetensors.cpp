@@ -84,7 +84,12 @@ void SafetensorsFile::parse(const uint8_t* bytes, size_t size) {
     const uint8_t* data = bytes + 8 + hlen;
     const uint64_t data_size = size - 8 - hlen;
 
-    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    struct Range {
+        uint64_t begin, end;
+        std::string name;
+        bool operator<(const Range& o) const { return begin != o.begin ? begin < o.begin : end < o.end; }
+    };
+    std::vector<Range> ranges;
     for (auto it = header.begin(); it != header.end(); ++it) {
         const std::string& name = it.key();
         if (name == "__metadata__") {
@@ -129,20 +134,14 @@ void SafetensorsFile::parse(const uint8_t* bytes, size_t size) {
                   std::to_string(want) + " bytes expected)");
         t.data = data + b;
         t.nbytes = static_cast<size_t>(en - b);
-        if (en > b) ranges.emplace_back(b, en);
+        if (en > b) ranges.push_back({b, en, name});
         tensors_.emplace(name, std::move(t));
     }
+    // Sorted by begin, any overlap shows up between neighbours: if i < j overlap, then so do i and i + 1.
     std::sort(ranges.begin(), ranges.end());
     for (size_t i = 1; i < ranges.size(); ++i)
-        if (ranges[i].first < ranges[i - 1].second) {
-            std::string a, bname;
-            for (auto& [n, t] : tensors_) {
-                const uint64_t o = static_cast<uint64_t>(t.data - data);
-                if (o == ranges[i - 1].first && t.nbytes) a = n;
-                if (o == ranges[i].first && t.nbytes) bname = n;
-            }
-            fail("tensors '" + a + "' and '" + bname + "' overlap");
-        }
+        if (ranges[i].begin < ranges[i - 1].end)
+            fail("tensors '" + ranges[i - 1].name + "' and '" + ranges[i].name + "' overlap");
 }
 
 Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
@@ -150,6 +149,7 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
     std::vector<std::string> shards;
     const fs::path index = fs::path(dir) / "model.safetensors.index.json";
     std::map<std::string, std::string> weight_map;
+    std::map<std::string, std::string> shard_user;  // shard -> one tensor listed for it (for error messages)
     if (fs::exists(index)) {
         json j;
         try {
@@ -168,6 +168,7 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
                 throw Error(index.string() + ": shard name '" + file + "' for tensor '" + it.key() + "' is not a plain file name");
             weight_map[it.key()] = file;
             uniq.insert(file);
+            shard_user.emplace(file, it.key());
         }
         shards.assign(uniq.begin(), uniq.end());
     } else if (fs::exists(fs::path(dir) / "model.safetensors")) {
@@ -179,6 +180,8 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
     }
     if (shards.empty()) throw Error(dir + ": no *.safetensors files");
     for (const auto& s : shards) {
+        if (shard_user.count(s) && !fs::exists(fs::path(dir) / s))
+            throw Error(index.string() + ": shard " + s + " (listed for tensor '" + shard_user[s] + "') does not exist");
         files_.push_back(std::make_unique<SafetensorsFile>((fs::path(dir) / s).string()));
         for (auto& [name, t] : files_.back()->tensors()) {
             auto [it, inserted] = index_.emplace(name, &t);
