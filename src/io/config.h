@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -47,6 +48,10 @@ private:
                 if (!v.is_boolean()) fail(key, v.dump() + " is not a boolean");
             } else if constexpr (std::is_integral_v<T>) {
                 if (!v.is_number_integer()) fail(key, v.dump() + " is not an integer");
+                // get<T>() would silently wrap (e.g. -1 as a size, 2^40 as an int32).
+                const bool fits = v.is_number_unsigned() ? std::in_range<T>(v.get<uint64_t>())
+                                                         : std::in_range<T>(v.get<int64_t>());
+                if (!fits) fail(key, v.dump() + " is out of range");
             } else if constexpr (std::is_floating_point_v<T>) {
                 if (!v.is_number()) fail(key, v.dump() + " is not a number");
             } else if constexpr (std::is_same_v<T, std::string>) {

@@ -1,6 +1,7 @@
 // SafetensorsFile / Checkpoint validation: every defect is refused with a message naming the file and the
 // tensor; valid files parse to the right dtypes, shapes, bytes and metadata.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
