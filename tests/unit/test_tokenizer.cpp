@@ -1,8 +1,7 @@
-// Tokenizer against real references: the 46 llama.cpp qwen2 vectors with the real Qwen3 tokenizer files, and
-// encode/decode round trips on a sample of the Gutenberg corpus.
+// Tokenizer against real references: the 46 llama.cpp qwen2 vectors with the real Qwen3 tokenizer files, the
+// metadata from its tokenizer_config.json, and added-token handling.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -23,20 +22,6 @@ std::string read_file(const std::string& path) {
 const Tokenizer& qwen3() {
     static const std::unique_ptr<Tokenizer> tok = Tokenizer::load(test::shared_dir() + "/data/tokenizers/qwen3");
     return *tok;
-}
-
-// The first `bytes` of the decompressed corpus, cut back to a line end so no character is split.
-std::string corpus_sample(size_t bytes) {
-    const std::string path = test::shared_dir() + "/data/corpus/gutenberg-150M.txt.zst";
-    const std::string cmd = "zstd -dc '" + path + "' 2>/dev/null | head -c " + std::to_string(bytes);
-    FILE* p = popen(cmd.c_str(), "r");
-    EXPECT_NE(p, nullptr);
-    std::string out;
-    char buf[65536];
-    for (size_t n; p && (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-    if (p) pclose(p);
-    out.resize(out.rfind('\n') + 1);
-    return out;
 }
 
 TEST(TokenizerQwen3, Reproduces46LlamaCppVectors) {
@@ -104,16 +89,6 @@ TEST(TokenizerQwen3, DecodeShowsAddedAndSkipsSpecialOnlyWhenAsked) {
     const auto ids = t.encode("<|im_start|>assistant\n<think>\nok\n</think>\n\n<tool_call>{}</tool_call><|im_end|>");
     EXPECT_EQ(t.decode(ids), "<|im_start|>assistant\n<think>\nok\n</think>\n\n<tool_call>{}</tool_call><|im_end|>");
     EXPECT_EQ(t.decode(ids, true), "assistant\n<think>\nok\n</think>\n\n<tool_call>{}</tool_call>");
-}
-
-TEST(TokenizerQwen3, CorpusRoundTrip) {
-    const std::string text = corpus_sample(200 * 1024);
-    ASSERT_GT(text.size(), 150u * 1024);
-    const auto ids = qwen3().encode(text);
-    // English prose: roughly 4 bytes per token for this vocabulary.
-    EXPECT_GT(ids.size(), text.size() / 6);
-    EXPECT_LT(ids.size(), text.size() / 3);
-    EXPECT_EQ(qwen3().decode(ids), text);
 }
 
 TEST(TokenizerQwen3, NfcNormalization) {
