@@ -126,6 +126,17 @@ def render_all(source, contexts):
     return results
 
 
+def render_snippets(snippets):
+    """Same output shape as `render_template --snippets`: one result per {"template", "context"}."""
+    results = []
+    for snippet in snippets:
+        try:
+            results.append({"ok": True, "text": render(snippet["template"], snippet["context"])})
+        except Exception as e:  # noqa: BLE001
+            results.append({"ok": False, "error": f"{type(e).__name__}: {e}"})
+    return results
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: render_template_reference.py TEMPLATE CONTEXTS.json")

@@ -4,6 +4,9 @@
 //   render_template TEMPLATE CONTEXTS.json
 // TEMPLATE is a .jinja file, or a tokenizer_config.json whose "chat_template" is used. Prints
 // {"load_error": msg} when the template is refused, else [{"ok": true, "text": ...} | {"ok": false, "error": ...}].
+//
+//   render_template --snippets SNIPPETS.json
+// SNIPPETS is a list of {"template", "context"}; prints one result per snippet (load errors count as errors).
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -28,6 +31,19 @@ int main(int argc, char** argv) {
         return 2;
     }
     try {
+        if (std::string(argv[1]) == "--snippets") {
+            ordered_json out = ordered_json::array();
+            for (const auto& sn : ordered_json::parse(read_file(argv[2]))) {
+                try {
+                    grimoire::ChatTemplate tmpl(sn.at("template").get<std::string>());
+                    out.push_back({{"ok", true}, {"text", tmpl.render(sn.at("context"))}});
+                } catch (const grimoire::Error& e) {
+                    out.push_back({{"ok", false}, {"error", e.what()}});
+                }
+            }
+            std::cout << out.dump(-1, ' ', false, ordered_json::error_handler_t::replace) << "\n";
+            return 0;
+        }
         std::string path = argv[1];
         std::string source = read_file(path);
         if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0)

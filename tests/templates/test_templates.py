@@ -42,7 +42,8 @@ def load_contexts():
 def run_cpp(template, contexts, tmp_path):
     ctx_file = tmp_path / "contexts.json"
     ctx_file.write_text(json.dumps(contexts, ensure_ascii=False), encoding="utf-8")
-    proc = subprocess.run([RENDERER, template, str(ctx_file)], capture_output=True, timeout=120)
+    args = ["--snippets", str(ctx_file)] if template is None else [template, str(ctx_file)]
+    proc = subprocess.run([RENDERER, *args], capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     return json.loads(proc.stdout.decode("utf-8"))
 
@@ -83,3 +84,48 @@ def test_template_matches_jinja2(template, tmp_path):
     # Cases must actually render (a template that raises on everything would prove nothing). The lowest is
     # Hermes-3 tool_use, which iterates `tools` unconditionally and so raises whenever a request has none.
     assert rendered >= 15, f"only {rendered} of {len(names)} cases rendered"
+
+
+def test_snippets_match_jinja2(tmp_path):
+    """Small templates, one per feature (whitespace control, operators, filters, tests, methods, scoping,
+    macros, errors), rendered by both sides: same text, or both raise."""
+    with open(os.path.join(HERE, "snippets.json"), encoding="utf-8") as f:
+        snippets = json.load(f)
+    expected = ref.render_snippets(snippets)
+    actual = run_cpp(None, snippets, tmp_path)
+    assert len(actual) == len(expected)
+    failures = []
+    for sn, exp, act in zip(snippets, expected, actual):
+        if exp["ok"] != act["ok"]:
+            failures.append(f"{sn['template']!r}: python {exp.get('text', exp.get('error'))!r}, "
+                            f"C++ {act.get('text', act.get('error'))!r}")
+        elif exp["ok"] and exp["text"] != act["text"]:
+            failures.append(f"{sn['template']!r}: python {exp['text']!r} vs C++ {act['text']!r}")
+    assert not failures, f"{len(failures)} of {len(snippets)} snippets differ:\n" + "\n".join(failures)
+    # both outcomes are exercised
+    assert sum(e["ok"] for e in expected) > 80 and sum(not e["ok"] for e in expected) > 20
+
+
+def test_reference_matches_transformers():
+    """tools/render_template_reference.py renders exactly as the installed transformers does (skipped where
+    transformers is absent, as in CI, which does not install it)."""
+    cct = pytest.importorskip("transformers.utils.chat_template_utils")
+    names, contexts = load_contexts()
+    for template in TEMPLATES:
+        source = ref.load_template(template)
+        compiled = ref.make_environment().from_string(source)
+        for name, ctx in zip(names, contexts):
+            try:
+                mine = ("ok", ref.render(source, ctx, compiled))
+            except Exception:  # noqa: BLE001
+                mine = ("error",)
+            kw = dict(ctx)
+            msgs, tools, docs = kw.pop("messages"), kw.pop("tools", None), kw.pop("documents", None)
+            agp = kw.pop("add_generation_prompt", False)
+            try:
+                out, _ = cct.render_jinja_template(conversations=[msgs], tools=tools, documents=docs,
+                                                   chat_template=source, add_generation_prompt=agp, **kw)
+                theirs = ("ok", out[0])
+            except Exception:  # noqa: BLE001
+                theirs = ("error",)
+            assert mine == theirs, (os.path.basename(template), name)

@@ -429,6 +429,11 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     if (name == "attr") {
         const Value* n = arg(a, 0, "name");
         if (!n) fail("attr() missing name");
+        // attr() looks up attributes only, never items: on a dict that leaves just its methods.
+        if (v.kind == Kind::Dict) {
+            Value m = get_attr(Value::make_dict({}), to_str(*n));
+            return m.is_undefined() ? m : get_attr(v, to_str(*n));
+        }
         return get_attr(v, to_str(*n));
     }
     if (name == "sum") {

@@ -167,10 +167,8 @@ std::vector<std::string> split(const std::string& s, const std::optional<std::st
     while (true) {
         while (i < n && is_space(u[i])) ++i;
         if (i >= n) break;
-        if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
-            size_t e = n;
-            while (e > i && is_space(u[e - 1])) --e;
-            out.push_back(encode(u.substr(i, e - i)));
+        if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {  // remainder kept as is
+            out.push_back(encode(u.substr(i)));
             break;
         }
         size_t j = i;
@@ -203,9 +201,7 @@ std::vector<std::string> rsplit(const std::string& s, const std::optional<std::s
         while (e > 0 && is_space(u[e - 1])) --e;
         if (e == 0) break;
         if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
-            size_t b = 0;
-            while (b < e && is_space(u[b])) ++b;
-            out.push_back(encode(u.substr(b, e - b)));
+            out.push_back(encode(u.substr(0, e)));
             break;
         }
         size_t j = e;

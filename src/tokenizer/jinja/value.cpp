@@ -228,6 +228,7 @@ std::string to_repr(const Value& v) {
         }
         return out + "}";
     }
+    case Kind::Undefined: return "Undefined";
     default: return to_str(v);
     }
 }
