@@ -91,9 +91,12 @@ void BpeModel::merge_all(std::vector<int32_t>& ids) const {
         int32_t rank, pos, left, right, merged;
         bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
     };
-    std::vector<Sym> sym(static_cast<size_t>(n));
+    // Reused across calls: a cache miss should not cost two allocations.
+    thread_local std::vector<Sym> sym;
+    thread_local std::vector<Cand> heap;
+    sym.resize(static_cast<size_t>(n));
+    heap.clear();
     for (int32_t i = 0; i < n; ++i) sym[i] = {ids[i], i - 1, i + 1 < n ? i + 1 : -1};
-    std::vector<Cand> heap;
     auto push = [&](int32_t pos) {
         const int32_t nx = sym[pos].next;
         if (nx < 0) return;
@@ -121,15 +124,61 @@ void BpeModel::merge_all(std::vector<int32_t>& ids) const {
     for (int32_t i = 0; i >= 0; i = sym[i].next) ids.push_back(sym[i].id);
 }
 
+bool BpeModel::WordCache::find(std::string_view word, uint64_t hash, std::vector<int32_t>& out) const {
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+        const Slot& s = slots_[i];
+        if (s.hash == 0) return false;
+        if (s.hash == hash && s.key_len == word.size() && keys_.compare(s.key_off, s.key_len, word) == 0) {
+            out.insert(out.end(), ids_.begin() + s.ids_off, ids_.begin() + s.ids_off + s.n_ids);
+            return true;
+        }
+    }
+}
+
+void BpeModel::WordCache::grow() {
+    std::vector<Slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    const size_t mask = slots_.size() - 1;
+    for (const Slot& s : old) {
+        if (s.hash == 0) continue;
+        size_t i = s.hash & mask;
+        while (slots_[i].hash != 0) i = (i + 1) & mask;
+        slots_[i] = s;
+    }
+}
+
+void BpeModel::WordCache::insert(std::string_view word, uint64_t hash, const std::vector<int32_t>& ids) {
+    if (size_ >= kCacheMaxEntries) {  // start over rather than grow without bound
+        slots_.assign(slots_.size(), Slot{});
+        keys_.clear();
+        ids_.clear();
+        size_ = 0;
+    }
+    if (2 * (size_ + 1) > slots_.size()) grow();  // load factor <= 1/2 keeps probe runs short
+    const size_t mask = slots_.size() - 1;
+    size_t i = hash & mask;
+    while (slots_[i].hash != 0) {
+        if (slots_[i].hash == hash && slots_[i].key_len == word.size() &&
+            keys_.compare(slots_[i].key_off, slots_[i].key_len, word) == 0)
+            return;  // another thread got there first
+        i = (i + 1) & mask;
+    }
+    slots_[i] = {hash, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(ids_.size()),
+                 static_cast<uint32_t>(word.size()), static_cast<uint32_t>(ids.size())};
+    keys_.append(word);
+    ids_.insert(ids_.end(), ids.begin(), ids.end());
+    ++size_;
+}
+
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
     if (word.empty()) return;
     const bool cacheable = word.size() <= kCacheMaxWord;
+    uint64_t hash = 0;
     if (cacheable) {
+        hash = std::hash<std::string_view>{}(word) | 1;  // never 0, the empty-slot mark
         std::lock_guard lock(cache_mu_);
-        if (auto it = cache_.find(word); it != cache_.end()) {
-            out.insert(out.end(), it->second.begin(), it->second.end());
-            return;
-        }
+        if (cache_.find(word, hash, out)) return;
     }
     std::vector<int32_t> ids;
     if (opt_.ignore_merges) {
@@ -148,8 +197,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     out.insert(out.end(), ids.begin(), ids.end());
     if (cacheable) {
         std::lock_guard lock(cache_mu_);
-        if (cache_.size() >= kCacheMaxEntries) cache_.clear();
-        cache_.emplace(std::string(word), std::move(ids));
+        cache_.insert(word, hash, ids);
     }
 }
 

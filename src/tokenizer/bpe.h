@@ -57,11 +57,30 @@ private:
     std::unordered_map<uint64_t, Merge> merges_;
     int32_t byte_ids_[256];  // byte-level: the token of each byte; SentencePiece: the <0xXX> token (or -1)
 
-    // Words up to kCacheMaxWord bytes; cleared when it reaches kCacheMaxEntries (bounded memory for servers).
+    // Finished words (up to kCacheMaxWord bytes), in one open-addressing table over two flat arenas: a lookup
+    // touches a slot, the key bytes and the ids, where a node-based map also chases a node and a vector.
+    // Cleared when it reaches kCacheMaxEntries, which bounds a long-running server's memory (~40 MB).
+    class WordCache {
+    public:
+        bool find(std::string_view word, uint64_t hash, std::vector<int32_t>& out) const;
+        void insert(std::string_view word, uint64_t hash, const std::vector<int32_t>& ids);
+
+    private:
+        struct Slot {
+            uint64_t hash = 0;  // 0: empty
+            uint32_t key_off = 0, ids_off = 0;
+            uint32_t key_len = 0, n_ids = 0;
+        };
+        void grow();
+        std::vector<Slot> slots_ = std::vector<Slot>(1 << 12);
+        std::string keys_;
+        std::vector<int32_t> ids_;
+        size_t size_ = 0;
+    };
     static constexpr size_t kCacheMaxWord = 128;
     static constexpr size_t kCacheMaxEntries = 1 << 18;
     mutable std::mutex cache_mu_;
-    mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
+    mutable WordCache cache_;
 };
 
 }  // namespace grimoire
