@@ -76,7 +76,7 @@ TEST(Jinja, SyntaxErrorsAreLoadTimeWithLineAndColumn) {
 TEST(Jinja, UnsupportedConstructsAreRefusedAtLoad) {
     for (const char* src : {"{% include 'other.jinja' %}", "{% extends 'base' %}", "{% import 'm' as m %}",
                             "{{ x | no_such_filter }}", "{{ x is no_such_test }}", "{% for x in y recursive %}{% endfor %}",
-                            "{% do x.append(1) %}", "{% block b %}{% endblock %}", "{{ f(*args) }}"}) {
+                            "{% do x.append(1) %}", "{% block b %}{% endblock %}"}) {
         EXPECT_THROW(ChatTemplate t(src), Error) << src;
     }
 }

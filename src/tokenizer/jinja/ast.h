@@ -17,6 +17,7 @@ enum class NodeKind {
     Getattr,   // a . name
     Getitem,   // a [ b ]
     Slice,     // a : b : c (each may be null)
+    // Call / Filter / Test keep `*x` in b and `**y` in c (null when absent).
     Call,      // a ( args, kwargs )
     Filter,    // a | name ( args, kwargs ); a is null inside filter blocks / set blocks
     Test,      // a is name ( args, kwargs )

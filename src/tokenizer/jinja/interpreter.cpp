@@ -189,6 +189,18 @@ private:
         CallArgs a;
         for (const auto& x : n.args) a.pos.push_back(eval(*x, scope));
         for (const auto& [k, x] : n.kwargs) a.kw.emplace_back(k, eval(*x, scope));
+        if (n.b)
+            for (auto& x : iterate(eval(*n.b, scope))) a.pos.push_back(std::move(x));
+        if (n.c) {
+            Value d = eval(*n.c, scope);
+            if (d.kind != Kind::Dict) fail(std::string("argument after ** must be a mapping, not ") + type_name(d));
+            for (const auto& [k, x] : *d.dict) {
+                if (!k.is_string()) fail("keywords must be strings");
+                for (const auto& [k2, x2] : a.kw)
+                    if (k2 == k.s) fail("got multiple values for keyword argument '" + k.s + "'");
+                a.kw.emplace_back(k.s, x);
+            }
+        }
         return a;
     }
 

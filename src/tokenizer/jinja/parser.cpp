@@ -660,13 +660,21 @@ private:
                 expect_op(",");
                 if (is_op(")")) break;
             }
-            if (is_op("*") || is_op("**")) fail_here("*args / **kwargs in calls are not supported");
-            if (cur().type == Tok::Name && peek().type == Tok::Op && peek().text == "=") {
+            if (is_op("*")) {  // *args: spliced into the positional arguments at call time
+                if (n.b || n.c) fail_here("invalid syntax for function call expression");
+                next();
+                n.b = parse_expression(true);
+            } else if (is_op("**")) {  // **kwargs
+                if (n.c) fail_here("invalid syntax for function call expression");
+                next();
+                n.c = parse_expression(true);
+            } else if (cur().type == Tok::Name && peek().type == Tok::Op && peek().text == "=") {
+                if (n.c) fail_here("invalid syntax for function call expression");
                 std::string key = next().text;
                 next();
                 n.kwargs.emplace_back(key, parse_expression(true));
             } else {
-                if (!n.kwargs.empty()) fail_here("invalid syntax for function call expression");
+                if (!n.kwargs.empty() || n.b || n.c) fail_here("invalid syntax for function call expression");
                 n.args.push_back(parse_expression(true));
             }
             require_comma = true;
