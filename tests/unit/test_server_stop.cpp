@@ -52,6 +52,12 @@ TEST(StopMatcher, EarliestMatchWins) {
     EXPECT_EQ(run({"cd", "abcdef"}, {"xxabcdefg"}).first, "xx");
     EXPECT_EQ(run({"cd", "abcdef"}, {"xxabcd"}).first, "xxab");
     EXPECT_EQ(run({"b", "ab"}, {"xab"}).first, "x");
+    // A longer stop that starts earlier wins even when a shorter one completes first in the stream.
+    for (auto pieces : std::vector<std::vector<std::string>>{{"xab", "cd"}, {"xabcd"}, {"x", "a", "b", "c"}})
+        EXPECT_EQ(run({"abc", "b"}, pieces).first, "x");
+    auto [out, stopped] = run({"abc", "b"}, {"xab"});  // "abc" never completes: "b" stops it at the end
+    EXPECT_EQ(out, "xa");
+    EXPECT_TRUE(stopped);
 }
 
 TEST(StopMatcher, UnfinishedPrefixIsReleasedAtTheEnd) {
