@@ -1,16 +1,79 @@
-// Placeholder until the inspect command lands (replaced in this session).
+// `grimoire inspect`: what a checkpoint is and what it needs. The model is really loaded onto the chosen
+// backend (default CPU), so the figures are the ones `run` / `serve` will see, not estimates.
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
 
 #include "cli/commands.h"
+#include "cli/default_model.h"
+#include "model/model.h"
 
 namespace grimoire::cli {
 
+namespace {
+
+std::string mib(size_t bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+    return buf;
+}
+
+std::string count(int64_t n) {
+    char buf[32];
+    if (n >= 1000000000) std::snprintf(buf, sizeof buf, "%.2fB", static_cast<double>(n) / 1e9);
+    else if (n >= 1000000) std::snprintf(buf, sizeof buf, "%.2fM", static_cast<double>(n) / 1e6);
+    else std::snprintf(buf, sizeof buf, "%.1fK", static_cast<double>(n) / 1e3);
+    return buf;
+}
+
+int inspect(const std::string& model_arg, const std::string& device) {
+    const std::string dir = model_arg.empty() ? default_model_dir() : model_arg;
+    if (model_arg.empty() && !std::filesystem::is_directory(dir))
+        throw Error("no --model given and the bundled demo model is missing (looked for " + dir + ")");
+    auto be = make_backend(device);
+    auto model = load_model(dir, *be);
+    const ModelInfo& i = model->info();
+    const size_t state0 = be->memory().state;
+    // KV cache (and any recurrent state) for 1024 tokens, measured by allocating it.
+    size_t per_1k = 0;
+    {
+        auto st = model->new_state(1024);
+        per_1k = be->memory().state - state0;
+    }
+    std::string dtypes;
+    for (const auto& d : i.dtypes) dtypes += (dtypes.empty() ? "" : ", ") + d;
+    std::string eos;
+    for (int32_t e : i.eos_token_ids) eos += (eos.empty() ? "" : " ") + std::to_string(e);
+
+    std::printf("model:         %s\n", dir.c_str());
+    std::printf("architecture:  %s (model_type %s)\n", i.architecture.c_str(), i.model_type.c_str());
+    std::printf("layers:        %lld, hidden %lld, vocab %lld, max context %lld\n",
+                static_cast<long long>(i.num_layers), static_cast<long long>(i.hidden_size),
+                static_cast<long long>(i.vocab_size), static_cast<long long>(i.max_position_embeddings));
+    std::printf("parameters:    %s (%lld)\n", count(i.n_params).c_str(), static_cast<long long>(i.n_params));
+    std::printf("dtypes:        %s\n", dtypes.c_str());
+    std::printf("bos / eos:     %d / %s\n", i.bos_token_id, eos.empty() ? "(none)" : eos.c_str());
+    std::printf("memory on %s: weights %s, KV/state per 1K tokens %s, at max context %s\n", be->name().c_str(),
+                mib(i.weight_bytes).c_str(), mib(per_1k).c_str(),
+                mib(i.weight_bytes + per_1k * static_cast<size_t>(std::max<int64_t>(i.max_position_embeddings, 0)) /
+                                         1024)
+                    .c_str());
+    return 0;
+}
+
+}  // namespace
+
 Runner add_inspect_command(CLI::App& app) {
-    app.add_subcommand("inspect", "inspect (not available yet)");
-    return [] {
-        std::fprintf(stderr, "error: 'inspect' is not available in this build\n");
-        return 1;
-    };
+    auto model = std::make_shared<std::string>();
+    auto device = std::make_shared<std::string>("cpu");
+    CLI::App* sub = app.add_subcommand("inspect", "Print a checkpoint's architecture, parameters, dtypes and memory");
+    sub->add_option("--model", *model, "Checkpoint directory (default: the bundled demo model, models/demo)");
+    sub->add_option("--device", *device, "Backend whose memory use is reported: cpu, cuda or auto")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+    return [model, device] { return inspect(*model, *device); };
 }
 
 }  // namespace grimoire::cli

@@ -1,0 +1,261 @@
+#include "model/layers.h"
+
+#include <cmath>
+
+#include "backend/rope_params.h"
+#include "quant/formats.h"
+
+namespace grimoire {
+
+// ---- WeightLoader ----
+
+const TensorInfo& WeightLoader::expect(const std::string& name, const std::vector<int64_t>& shape) const {
+    const TensorInfo& t = ckpt_.get(name);  // throws naming the directory and tensor
+    if (t.shape != shape)
+        throw Error(t.file + ": tensor '" + name + "': expected shape " + shape_str(shape) + ", found " +
+                    shape_str(t.shape));
+    return t;
+}
+
+void WeightLoader::count(int64_t params, size_t bytes) {
+    info_.n_params += params;
+    info_.weight_bytes += bytes;
+}
+
+Tensor WeightLoader::matrix(const std::string& name, const std::vector<int64_t>& shape) {
+    const TensorInfo& t = expect(name, shape);
+    Tensor out = be_.upload(t, dense_weight_dtype(be_, t.dtype));
+    count(t.numel(), out.nbytes());
+    return out;
+}
+
+Tensor WeightLoader::vector_f32(const std::string& name, int64_t n) {
+    const TensorInfo& t = expect(name, {n});
+    Tensor out = be_.upload(t, DType::F32);
+    count(t.numel(), out.nbytes());
+    return out;
+}
+
+std::unique_ptr<Linear> WeightLoader::linear(const std::string& prefix, int64_t in, int64_t out, bool bias) {
+    if (bias && !ckpt_.has(prefix + ".bias"))
+        throw Error(ckpt_.dir() + ": tensor '" + prefix + ".bias' not found (the config asks for a bias)");
+    auto lin = load_linear(be_, ckpt_, prefix, qc_, bias);
+    if (lin->in_features() != in || lin->out_features() != out)
+        throw Error(ckpt_.dir() + ": linear '" + prefix + "': expected [out, in] = " + shape_str({out, in}) +
+                    ", found " + shape_str({lin->out_features(), lin->in_features()}));
+    count(in * out + (bias ? out : 0), lin->weight_bytes());
+    return lin;
+}
+
+// ---- attention ----
+
+AttentionWeights load_attention(WeightLoader& wl, const std::string& prefix, const AttentionConfig& c) {
+    AttentionWeights w;
+    const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+    w.q = wl.linear(prefix + ".q_proj", c.hidden, q_dim, c.qkv_bias);
+    w.k = wl.linear(prefix + ".k_proj", c.hidden, kv_dim, c.qkv_bias);
+    w.v = wl.linear(prefix + ".v_proj", c.hidden, kv_dim, c.qkv_bias);
+    w.o = wl.linear(prefix + ".o_proj", q_dim, c.hidden, c.o_bias);
+    if (c.qk_norm) {
+        w.q_norm = wl.vector_f32(prefix + ".q_norm.weight", c.head_dim);
+        w.k_norm = wl.vector_f32(prefix + ".k_norm.weight", c.head_dim);
+    }
+    return w;
+}
+
+void attention_forward(Backend& be, const AttentionWeights& w, const AttentionConfig& c, const Tensor& x,
+                       const Tensor& positions, LayerState& st, int64_t n_past, Tensor& out) {
+    const int64_t T = x.rows(), D = c.head_dim;
+    const DType act = be.act_dtype();
+    Tensor q = be.scratch(act, {T, c.n_heads * D});
+    Tensor k = be.scratch(act, {T, c.n_kv_heads * D});
+    Tensor v = be.scratch(act, {T, c.n_kv_heads * D});
+    w.q->forward(be, x, q);
+    w.k->forward(be, x, k);
+    w.v->forward(be, x, v);
+    Tensor q3 = q.view({T, c.n_heads, D}), k3 = k.view({T, c.n_kv_heads, D}), v3 = v.view({T, c.n_kv_heads, D});
+    if (c.qk_norm) {
+        // Qwen3 normalises each head's vector (over D) before RoPE.
+        Tensor qr = q.view({T * c.n_heads, D}), kr = k.view({T * c.n_kv_heads, D});
+        be.rmsnorm(qr, w.q_norm, c.norm_eps, NormKind::PLAIN, qr);
+        be.rmsnorm(kr, w.k_norm, c.norm_eps, NormKind::PLAIN, kr);
+    }
+    be.rope(q3, positions, c.rope);
+    be.rope(k3, positions, c.rope);
+    Tensor att = be.scratch(act, {T, c.n_heads, D});
+    be.attention(q3, k3, v3, st.k_cache, st.v_cache, n_past, 1.0f / std::sqrt(static_cast<float>(D)), att);
+    Tensor att2 = att.view({T, c.n_heads * D});
+    w.o->forward(be, att2, out);
+}
+
+// ---- MLP ----
+
+MlpWeights load_mlp(WeightLoader& wl, const std::string& prefix, int64_t hidden, int64_t intermediate, bool bias) {
+    MlpWeights w;
+    w.gate = wl.linear(prefix + ".gate_proj", hidden, intermediate, bias);
+    w.up = wl.linear(prefix + ".up_proj", hidden, intermediate, bias);
+    w.down = wl.linear(prefix + ".down_proj", intermediate, hidden, bias);
+    return w;
+}
+
+void mlp_forward(Backend& be, const MlpWeights& w, const Tensor& x, Tensor& out) {
+    const int64_t T = x.rows(), I = w.gate->out_features();
+    Tensor g = be.scratch(be.act_dtype(), {T, I});
+    Tensor u = be.scratch(be.act_dtype(), {T, I});
+    w.gate->forward(be, x, g);
+    w.up->forward(be, x, u);
+    be.silu_mul(g, u, g);
+    w.down->forward(be, g, out);
+}
+
+// ---- DenseDecoder ----
+
+namespace {
+
+class DenseDecoder final : public Model {
+public:
+    DenseDecoder(Backend& be, const Checkpoint& ckpt, const QuantConfig& qc, const DenseDecoderConfig& c,
+                 ModelInfo info)
+        : c_(c) {
+        be_ = &be;
+        info_ = std::move(info);
+        info_.n_params = 0;
+        info_.weight_bytes = 0;
+        WeightLoader wl(be, ckpt, qc, info_);
+        const int64_t H = c.attn.hidden;
+        embed_ = wl.matrix(c.prefix + "embed_tokens.weight", {c.vocab, H});
+        layers_.resize(static_cast<size_t>(c.n_layers));
+        for (int64_t i = 0; i < c.n_layers; ++i) {
+            const std::string p = c.prefix + "layers." + std::to_string(i) + ".";
+            Layer& l = layers_[static_cast<size_t>(i)];
+            l.attn_norm = wl.vector_f32(p + "input_layernorm.weight", H);
+            l.attn = load_attention(wl, p + "self_attn", c.attn);
+            l.mlp_norm = wl.vector_f32(p + "post_attention_layernorm.weight", H);
+            l.mlp = load_mlp(wl, p + "mlp", H, c.intermediate, c.mlp_bias);
+        }
+        final_norm_ = wl.vector_f32(c.prefix + "norm.weight", H);
+        // Published tied checkpoints omit lm_head.weight; some keep a copy anyway, which we then ignore.
+        if (c.tie_embeddings || !wl.has("lm_head.weight"))
+            lm_head_ = make_dense_linear(be, embed_, Tensor{});
+        else
+            lm_head_ = wl.linear("lm_head", H, c.vocab, false);
+    }
+
+    std::unique_ptr<SequenceState> new_state(int64_t max_ctx) override {
+        auto st = std::make_unique<SequenceState>(*be_, max_ctx);
+        st->layers.resize(layers_.size());
+        for (auto& l : st->layers) {
+            l.k_cache = be_->alloc_persistent(be_->act_dtype(), {max_ctx, c_.attn.n_kv_heads, c_.attn.head_dim});
+            l.v_cache = be_->alloc_persistent(be_->act_dtype(), {max_ctx, c_.attn.n_kv_heads, c_.attn.head_dim});
+        }
+        return st;
+    }
+
+    void forward(SequenceState& st, std::span<const int32_t> tokens, int64_t n_logits,
+                 std::vector<float>& logits) override {
+        Backend& be = *be_;
+        const int64_t T = static_cast<int64_t>(tokens.size()), H = c_.attn.hidden, n_past = st.n_past;
+        GRIMOIRE_CHECK(T > 0 && n_logits >= 0 && n_logits <= T, "forward: bad token / logit counts");
+        if (n_past + T > st.max_ctx())
+            throw Error("context length exceeded: " + std::to_string(n_past + T) + " tokens > " +
+                        std::to_string(st.max_ctx()));
+        for (int32_t id : tokens)
+            if (id < 0 || id >= c_.vocab)
+                throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                            std::to_string(c_.vocab) + ")");
+        be.reset_scratch();
+        const DType act = be.act_dtype();
+        Tensor ids = be.scratch(DType::I32, {T});
+        be.from_host(ids, tokens.data());
+        std::vector<int32_t> pos_host(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t) pos_host[static_cast<size_t>(t)] = static_cast<int32_t>(n_past + t);
+        Tensor pos = be.scratch(DType::I32, {T});
+        be.from_host(pos, pos_host.data());
+
+        Tensor x = be.scratch(act, {T, H});  // the residual stream
+        be.embedding(embed_, ids, x);
+        Tensor h = be.scratch(act, {T, H}), y = be.scratch(act, {T, H});
+        for (size_t i = 0; i < layers_.size(); ++i) {
+            const Layer& l = layers_[i];
+            be.rmsnorm(x, l.attn_norm, c_.attn.norm_eps, NormKind::PLAIN, h);
+            attention_forward(be, l.attn, c_.attn, h, pos, st.layers[i], n_past, y);
+            be.add(x, y, x);
+            be.rmsnorm(x, l.mlp_norm, c_.attn.norm_eps, NormKind::PLAIN, h);
+            mlp_forward(be, l.mlp, h, y);
+            be.add(x, y, x);
+        }
+        st.n_past += T;
+        logits.resize(static_cast<size_t>(n_logits * c_.vocab));
+        if (n_logits == 0) return;
+        // Only the last n_logits rows need the final norm and the (vocab-sized) lm_head.
+        Tensor last = x.row_slice(T - n_logits, n_logits);
+        Tensor hn = be.scratch(act, {n_logits, H});
+        be.rmsnorm(last, final_norm_, c_.attn.norm_eps, NormKind::PLAIN, hn);
+        Tensor out = be.scratch(act, {n_logits, c_.vocab});
+        lm_head_->forward(be, hn, out);
+        if (act == DType::F32) {
+            be.to_host(out, logits.data());
+        } else {
+            std::vector<uint8_t> raw(out.nbytes());
+            be.to_host(out, raw.data());
+            convert_to_f32(act, raw.data(), logits.data(), logits.size());
+        }
+    }
+
+private:
+    struct Layer {
+        Tensor attn_norm, mlp_norm;  // [H] F32
+        AttentionWeights attn;
+        MlpWeights mlp;
+    };
+    DenseDecoderConfig c_;
+    Tensor embed_;  // [V, H]
+    std::vector<Layer> layers_;
+    Tensor final_norm_;  // [H] F32
+    std::unique_ptr<Linear> lm_head_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_dense_decoder(Backend& be, const Checkpoint& ckpt, const QuantConfig& qc,
+                                          const DenseDecoderConfig& c, ModelInfo info) {
+    return std::make_unique<DenseDecoder>(be, ckpt, qc, c, std::move(info));
+}
+
+void read_dense_decoder_config(const ConfigReader& cfg, DenseDecoderConfig& c) {
+    const std::string act = cfg.get_or<std::string>("hidden_act", "silu");
+    if (act != "silu" && act != "swish") cfg.unsupported("hidden_act", "only silu (SwiGLU) is implemented");
+    if (cfg.get_or<bool>("use_sliding_window", false))
+        cfg.unsupported("use_sliding_window", "sliding-window attention is not implemented");
+    if (cfg.has("layer_types"))
+        for (const auto& t : cfg.json()["layer_types"])
+            if (t != "full_attention") cfg.unsupported("layer_types", "only full_attention layers are implemented");
+
+    auto positive = [&](const char* key) {
+        const auto v = cfg.get<int64_t>(key);
+        if (v <= 0) cfg.fail(key, std::to_string(v) + " must be positive");
+        return v;
+    };
+    c.vocab = positive("vocab_size");
+    c.n_layers = positive("num_hidden_layers");
+    c.intermediate = positive("intermediate_size");
+    AttentionConfig& a = c.attn;
+    a.hidden = positive("hidden_size");
+    a.n_heads = positive("num_attention_heads");
+    a.n_kv_heads = cfg.has("num_key_value_heads") ? positive("num_key_value_heads") : a.n_heads;
+    if (a.n_heads % a.n_kv_heads != 0)
+        cfg.fail("num_key_value_heads", std::to_string(a.n_kv_heads) + " does not divide num_attention_heads " +
+                                            std::to_string(a.n_heads));
+    if (cfg.has("head_dim")) {
+        a.head_dim = positive("head_dim");
+    } else {
+        if (a.hidden % a.n_heads != 0)
+            cfg.fail("num_attention_heads", "does not divide hidden_size and there is no head_dim");
+        a.head_dim = a.hidden / a.n_heads;
+    }
+    a.norm_eps = static_cast<float>(cfg.get_or<double>("rms_norm_eps", 1e-6));
+    a.rope = make_rope_params(cfg, a.head_dim);  // partial_rotary_factor from the config (default 1)
+    c.tie_embeddings = cfg.get_or<bool>("tie_word_embeddings", false);
+}
+
+}  // namespace grimoire

@@ -1,0 +1,108 @@
+// Shared building blocks for architectures (src/model/arch/*.cpp): a weight loader that checks names and
+// shapes, the dense attention block (GQA, optional q/k/v/o biases, optional per-head q/k RMSNorm, RoPE), the
+// SwiGLU MLP, and DenseDecoder, the whole Llama-family model (embedding -> N x [norm, attention, residual,
+// norm, MLP, residual] -> norm -> lm_head). Llama, Qwen2 and Qwen3 differ only in the options of these blocks,
+// so each arch file reads its config and fills a DenseDecoderConfig.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/config.h"
+#include "io/safetensors.h"
+#include "model/model.h"
+#include "quant/linear.h"
+
+namespace grimoire {
+
+// Uploads checkpoint tensors onto a backend, refusing missing tensors and wrong shapes with the file and
+// tensor named, and counting parameters and bytes into ModelInfo.
+class WeightLoader {
+public:
+    WeightLoader(Backend& be, const Checkpoint& ckpt, QuantConfig qc, ModelInfo& info)
+        : be_(be), ckpt_(ckpt), qc_(std::move(qc)), info_(info) {}
+
+    bool has(const std::string& name) const { return ckpt_.has(name); }
+    // A weight matrix kept in its stored float dtype on an F32 backend, else the act dtype (embeddings).
+    Tensor matrix(const std::string& name, const std::vector<int64_t>& shape);
+    // A 1-D parameter (norm weight, bias) as F32.
+    Tensor vector_f32(const std::string& name, int64_t n);
+    // The Linear at `prefix` (any weight format) with the given sizes; `bias` says whether `prefix.bias` must
+    // be present (true) or absent (false).
+    std::unique_ptr<Linear> linear(const std::string& prefix, int64_t in, int64_t out, bool bias);
+
+    Backend& backend() const { return be_; }
+    const Checkpoint& checkpoint() const { return ckpt_; }
+
+private:
+    const TensorInfo& expect(const std::string& name, const std::vector<int64_t>& shape) const;
+    void count(int64_t params, size_t bytes);
+
+    Backend& be_;
+    const Checkpoint& ckpt_;
+    QuantConfig qc_;
+    ModelInfo& info_;
+};
+
+// ---- attention ----
+
+struct AttentionConfig {
+    int64_t hidden = 0;      // model width H
+    int64_t n_heads = 0;     // Hq
+    int64_t n_kv_heads = 0;  // Hkv (divides Hq)
+    int64_t head_dim = 0;    // D (need not be H / Hq)
+    bool qkv_bias = false;   // q/k/v_proj.bias present (Qwen2; Llama/Qwen3 with attention_bias)
+    bool o_bias = false;     // o_proj.bias present (Llama/Qwen3 with attention_bias)
+    bool qk_norm = false;    // per-head RMSNorm of q and k before RoPE (Qwen3), PLAIN kind
+    float norm_eps = 1e-6f;
+    RopeParams rope;
+};
+
+struct AttentionWeights {
+    std::unique_ptr<Linear> q, k, v, o;
+    Tensor q_norm, k_norm;  // [D] F32 when qk_norm
+};
+
+// Loads `prefix`.{q,k,v,o}_proj (+ q_norm/k_norm), e.g. prefix "model.layers.3.self_attn".
+AttentionWeights load_attention(WeightLoader& wl, const std::string& prefix, const AttentionConfig& c);
+
+// out [T, H] = attention block of x [T, H] act at positions [T] I32 (device), appending to `st`'s caches
+// at rows n_past..n_past+T-1.
+void attention_forward(Backend& be, const AttentionWeights& w, const AttentionConfig& c, const Tensor& x,
+                       const Tensor& positions, LayerState& st, int64_t n_past, Tensor& out);
+
+// ---- MLP ----
+
+struct MlpWeights {
+    std::unique_ptr<Linear> gate, up, down;
+};
+
+// Loads `prefix`.{gate,up,down}_proj, e.g. prefix "model.layers.3.mlp".
+MlpWeights load_mlp(WeightLoader& wl, const std::string& prefix, int64_t hidden, int64_t intermediate, bool bias);
+
+// out [T, H] = down(silu(gate(x)) * up(x)); x [T, H] act.
+void mlp_forward(Backend& be, const MlpWeights& w, const Tensor& x, Tensor& out);
+
+// ---- the dense decoder (Llama, Qwen2, Qwen3) ----
+
+struct DenseDecoderConfig {
+    std::string prefix = "model.";  // tensor-name prefix of the decoder stack
+    int64_t vocab = 0;
+    int64_t n_layers = 0;
+    int64_t intermediate = 0;
+    bool mlp_bias = false;
+    bool tie_embeddings = false;  // lm_head is the embedding table (also when lm_head.weight is absent)
+    AttentionConfig attn;
+};
+
+// Builds the model from the checkpoint; `info` already holds the config-derived fields (architecture, eos...).
+std::unique_ptr<Model> make_dense_decoder(Backend& be, const Checkpoint& ckpt, const QuantConfig& qc,
+                                          const DenseDecoderConfig& c, ModelInfo info);
+
+// Reads the fields every Llama-family config shares into `c` (sizes, heads, head_dim, eps, rope, tie),
+// refusing unsupported values (hidden_act other than silu, sliding windows) naming the key and value.
+void read_dense_decoder_config(const ConfigReader& cfg, DenseDecoderConfig& c);
+
+}  // namespace grimoire
