@@ -126,7 +126,6 @@ def save(model, out_dir, gen, extra=None, keep_f32=()):
     F32 and the `extra` tensors added."""
     os.makedirs(out_dir, exist_ok=True)
     model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
-    model.float()
     path = os.path.join(out_dir, "model.safetensors")
     with safe_open(path, "pt") as f:
         tensors = {k: f.get_tensor(k) for k in f.keys()}
@@ -139,7 +138,10 @@ def save(model, out_dir, gen, extra=None, keep_f32=()):
     return sorted(tensors)
 
 
-def write_reference(model, out_dir, gen, info, last_rows=None):
+def write_reference(cls, out_dir, gen, info, last_rows=None):
+    # From the files on disk, not the in-memory model: save_pretrained's bf16 cast also rounds the rotary
+    # inv_freq buffer, which would otherwise leak into the reference.
+    model = cls.from_pretrained(out_dir, dtype=torch.float32).eval()
     tensors, margin = reference(model, gen, last_rows)
     info = dict(info, greedy_min_margin=f"{margin:.6g}", prompt_lens=",".join(map(str, PROMPT_LENS)))
     save_file(tensors, os.path.join(out_dir, "reference.safetensors"), metadata=info)
@@ -162,7 +164,7 @@ def make_qwen3_5(gen):
     out = os.path.join(ROOT, "qwen3_5")
     names = save(model, out, gen, extra=mtp_tensors(cfg.text_config, gen, torch.bfloat16))
     assert any(n.startswith("model.language_model.layers.0.linear_attn.") for n in names), names[:10]
-    write_reference(model, out, gen, {"architecture": "Qwen3_5ForConditionalGeneration"})
+    write_reference(Qwen3_5ForConditionalGeneration, out, gen, {"architecture": "Qwen3_5ForConditionalGeneration"})
 
 
 def make_qwen3_5_causal(gen):
@@ -177,7 +179,7 @@ def make_qwen3_5_causal(gen):
     out = os.path.join(ROOT, "qwen3_5_causal")
     names = save(model, out, gen, keep_f32=("A_log",))
     assert "model.layers.0.linear_attn.A_log" in names and "lm_head.weight" not in names, names[:10]
-    write_reference(model, out, gen, {"architecture": "Qwen3_5ForCausalLM"}, last_rows=8)
+    write_reference(Qwen3_5ForCausalLM, out, gen, {"architecture": "Qwen3_5ForCausalLM"}, last_rows=8)
 
 
 def make_qwen3_next(gen):
@@ -192,7 +194,7 @@ def make_qwen3_next(gen):
     names = save(model, out, gen)
     assert "model.layers.0.linear_attn.in_proj_qkvz.weight" in names, names[:10]
     assert not any("experts" in n for n in names)
-    write_reference(model, out, gen, {"architecture": "Qwen3NextForCausalLM"}, last_rows=8)
+    write_reference(Qwen3NextForCausalLM, out, gen, {"architecture": "Qwen3NextForCausalLM"}, last_rows=8)
 
 
 def main():
