@@ -64,8 +64,10 @@ struct Node {
     std::vector<std::string> params;  // Macro / CallBlock / With
     std::vector<Body> bodies;         // If
     Body body, else_body;
-    bool recursive = false;
-    bool uses_caller = false;  // Macro: body references `caller`
+    bool uses_caller = false;   // Macro: body references `caller`
+    bool uses_varargs = false;  // Macro: extra positional arguments are collected into `varargs`
+    bool uses_kwargs = false;   // Macro: unknown keyword arguments are collected into `kwargs`
+    bool uses_loop = true;      // For: the body or filter may read `loop` (else it is not built)
 };
 
 struct Template {

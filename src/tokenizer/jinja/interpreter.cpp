@@ -133,28 +133,33 @@ private:
         for (int64_t i = 0; i < len; ++i) {
             auto s = child(scope);
             assign(*n.a, items[static_cast<size_t>(i)], s);
-            Dict loop;
-            auto put = [&](const char* k, Value v) { loop.emplace_back(Value::string(k), std::move(v)); };
-            put("index", Value::integer(i + 1));
-            put("index0", Value::integer(i));
-            put("revindex", Value::integer(len - i));
-            put("revindex0", Value::integer(len - i - 1));
-            put("first", Value::boolean(i == 0));
-            put("last", Value::boolean(i == len - 1));
-            put("length", Value::integer(len));
-            put("depth", Value::integer(1));
-            put("depth0", Value::integer(0));
-            if (i > 0) put("previtem", items[static_cast<size_t>(i - 1)]);
-            if (i + 1 < len) put("nextitem", items[static_cast<size_t>(i + 1)]);
-            put("cycle", Value::function("loop.cycle", [i](CallArgs& a) {
-                    if (a.pos.empty()) fail("no items for cycling given");
-                    return a.pos[static_cast<size_t>(i) % a.pos.size()];
-                }));
-            s->vars["loop"] = Value::make_dict(std::move(loop));
+            if (n.uses_loop) s->vars["loop"] = loop_object(items, i);
             Flow f = exec(n.body, s, out);
             if (f == Flow::Break) break;
         }
         return Flow::Normal;
+    }
+
+    static Value loop_object(const List& items, int64_t i) {
+        const int64_t len = static_cast<int64_t>(items.size());
+        Dict loop;
+        auto put = [&](const char* k, Value v) { loop.emplace_back(Value::string(k), std::move(v)); };
+        put("index", Value::integer(i + 1));
+        put("index0", Value::integer(i));
+        put("revindex", Value::integer(len - i));
+        put("revindex0", Value::integer(len - i - 1));
+        put("first", Value::boolean(i == 0));
+        put("last", Value::boolean(i == len - 1));
+        put("length", Value::integer(len));
+        put("depth", Value::integer(1));
+        put("depth0", Value::integer(0));
+        if (i > 0) put("previtem", items[static_cast<size_t>(i - 1)]);
+        if (i + 1 < len) put("nextitem", items[static_cast<size_t>(i + 1)]);
+        put("cycle", Value::function("loop.cycle", [i](CallArgs& a) {
+                if (a.pos.empty()) fail("no items for cycling given");
+                return a.pos[static_cast<size_t>(i) % a.pos.size()];
+            }));
+        return Value::make_dict(std::move(loop));
     }
 
     void assign(const Node& target, const Value& v, const ScopePtr& scope) {
@@ -227,11 +232,7 @@ private:
         DepthGuard g(call_depth_);
         auto s = child(closure);
         const size_t np = sig.params.size(), nd = sig.args.size();
-        bool want_varargs = false, want_kwargs = false;
-        if (sig.kind == NodeKind::Macro) {
-            want_varargs = mentions_name(sig, "varargs");
-            want_kwargs = mentions_name(sig, "kwargs");
-        }
+        const bool want_varargs = sig.uses_varargs, want_kwargs = sig.uses_kwargs;
         if (a.pos.size() > np && !want_varargs)
             fail("macro '" + sig.name + "' takes not more than " + std::to_string(np) + " argument(s)");
         std::vector<bool> bound(np, false);
@@ -271,27 +272,6 @@ private:
         std::string out;
         exec(sig.body, s, out);
         return Value::string(std::move(out));
-    }
-
-    static bool mentions_name(const Node& sig, const std::string& name) {
-        std::vector<const Node*> stack;
-        for (const auto& b : sig.body) stack.push_back(b.get());
-        while (!stack.empty()) {
-            const Node* n = stack.back();
-            stack.pop_back();
-            if (!n) continue;
-            if (n->kind == NodeKind::Name && n->name == name) return true;
-            stack.push_back(n->a.get());
-            stack.push_back(n->b.get());
-            stack.push_back(n->c.get());
-            for (const auto& x : n->args) stack.push_back(x.get());
-            for (const auto& [k, x] : n->kwargs) stack.push_back(x.get());
-            for (const auto& b : n->bodies)
-                for (const auto& x : b) stack.push_back(x.get());
-            for (const auto& x : n->body) stack.push_back(x.get());
-            for (const auto& x : n->else_body) stack.push_back(x.get());
-        }
-        return false;
     }
 
     Value make_macro(const Node& n, const ScopePtr& closure) {

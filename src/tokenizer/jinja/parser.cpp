@@ -217,6 +217,7 @@ private:
         ++loop_depth_;
         n->body = statements({"endfor", "else"});
         --loop_depth_;
+        n->uses_loop = mentions(n->body, "loop") || mentions(n->c.get(), "loop");
         if (next().text == "else") {
             n->else_body = statements({"endfor"});
             next();
@@ -291,6 +292,8 @@ private:
         parse_signature(*n);
         n->body = function_body({"endmacro"});
         n->uses_caller = mentions(n->body, "caller");
+        n->uses_varargs = mentions(n->body, "varargs");
+        n->uses_kwargs = mentions(n->body, "kwargs");
         return n;
     }
 
