@@ -108,6 +108,53 @@ void mlp_forward(Backend& be, const MlpWeights& w, const Tensor& x, Tensor& out)
     w.down->forward(be, g, out);
 }
 
+// ---- forward ends ----
+
+ForwardInputs begin_forward(Backend& be, const SequenceState& st, std::span<const int32_t> tokens,
+                            int64_t n_logits, const Tensor& embed) {
+    const int64_t T = static_cast<int64_t>(tokens.size()), vocab = embed.dim(0), n_past = st.n_past;
+    GRIMOIRE_CHECK(T > 0 && n_logits >= 0 && n_logits <= T, "forward: bad token / logit counts");
+    if (n_past + T > st.max_ctx())
+        throw Error("context length exceeded: " + std::to_string(n_past + T) + " tokens > " +
+                    std::to_string(st.max_ctx()));
+    for (int32_t id : tokens)
+        if (id < 0 || id >= vocab)
+            throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) +
+                        ")");
+    be.reset_scratch();
+    ForwardInputs in;
+    Tensor ids = be.scratch(DType::I32, {T});
+    be.from_host(ids, tokens.data());
+    std::vector<int32_t> pos_host(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) pos_host[static_cast<size_t>(t)] = static_cast<int32_t>(n_past + t);
+    in.positions = be.scratch(DType::I32, {T});
+    be.from_host(in.positions, pos_host.data());
+    in.x = be.scratch(be.act_dtype(), {T, embed.dim(1)});
+    be.embedding(embed, ids, in.x);
+    return in;
+}
+
+void final_logits(Backend& be, const Tensor& x, const Tensor& norm_w, float eps, NormKind kind,
+                  const Linear& lm_head, int64_t n_logits, std::vector<float>& logits) {
+    const int64_t V = lm_head.out_features();
+    const DType act = be.act_dtype();
+    logits.resize(static_cast<size_t>(n_logits * V));
+    if (n_logits == 0) return;
+    // Only the last n_logits rows need the final norm and the (vocab-sized) lm_head.
+    Tensor last = x.row_slice(x.rows() - n_logits, n_logits);
+    Tensor hn = be.scratch(act, {n_logits, x.cols()});
+    be.rmsnorm(last, norm_w, eps, kind, hn);
+    Tensor out = be.scratch(act, {n_logits, V});
+    lm_head.forward(be, hn, out);
+    if (act == DType::F32) {
+        be.to_host(out, logits.data());
+    } else {
+        std::vector<uint8_t> raw(out.nbytes());
+        be.to_host(out, raw.data());
+        convert_to_f32(act, raw.data(), logits.data(), logits.size());
+    }
+}
+
 // ---- DenseDecoder ----
 
 namespace {
@@ -155,25 +202,10 @@ public:
                  std::vector<float>& logits) override {
         Backend& be = *be_;
         const int64_t T = static_cast<int64_t>(tokens.size()), H = c_.attn.hidden, n_past = st.n_past;
-        GRIMOIRE_CHECK(T > 0 && n_logits >= 0 && n_logits <= T, "forward: bad token / logit counts");
-        if (n_past + T > st.max_ctx())
-            throw Error("context length exceeded: " + std::to_string(n_past + T) + " tokens > " +
-                        std::to_string(st.max_ctx()));
-        for (int32_t id : tokens)
-            if (id < 0 || id >= c_.vocab)
-                throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                            std::to_string(c_.vocab) + ")");
-        be.reset_scratch();
         const DType act = be.act_dtype();
-        Tensor ids = be.scratch(DType::I32, {T});
-        be.from_host(ids, tokens.data());
-        std::vector<int32_t> pos_host(static_cast<size_t>(T));
-        for (int64_t t = 0; t < T; ++t) pos_host[static_cast<size_t>(t)] = static_cast<int32_t>(n_past + t);
-        Tensor pos = be.scratch(DType::I32, {T});
-        be.from_host(pos, pos_host.data());
-
-        Tensor x = be.scratch(act, {T, H});  // the residual stream
-        be.embedding(embed_, ids, x);
+        ForwardInputs in = begin_forward(be, st, tokens, n_logits, embed_);
+        Tensor& x = in.x;  // the residual stream
+        const Tensor& pos = in.positions;
         Tensor h = be.scratch(act, {T, H}), y = be.scratch(act, {T, H});
         for (size_t i = 0; i < layers_.size(); ++i) {
             const Layer& l = layers_[i];
@@ -185,21 +217,7 @@ public:
             be.add(x, y, x);
         }
         st.n_past += T;
-        logits.resize(static_cast<size_t>(n_logits * c_.vocab));
-        if (n_logits == 0) return;
-        // Only the last n_logits rows need the final norm and the (vocab-sized) lm_head.
-        Tensor last = x.row_slice(T - n_logits, n_logits);
-        Tensor hn = be.scratch(act, {n_logits, H});
-        be.rmsnorm(last, final_norm_, c_.attn.norm_eps, NormKind::PLAIN, hn);
-        Tensor out = be.scratch(act, {n_logits, c_.vocab});
-        lm_head_->forward(be, hn, out);
-        if (act == DType::F32) {
-            be.to_host(out, logits.data());
-        } else {
-            std::vector<uint8_t> raw(out.nbytes());
-            be.to_host(out, raw.data());
-            convert_to_f32(act, raw.data(), logits.data(), logits.size());
-        }
+        final_logits(be, x, final_norm_, c_.attn.norm_eps, NormKind::PLAIN, *lm_head_, n_logits, logits);
     }
 
 private:

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,23 @@ MlpWeights load_mlp(WeightLoader& wl, const std::string& prefix, int64_t hidden,
 
 // out [T, H] = down(silu(gate(x)) * up(x)); x [T, H] act.
 void mlp_forward(Backend& be, const MlpWeights& w, const Tensor& x, Tensor& out);
+
+// ---- the two ends of every decoder forward ----
+
+struct ForwardInputs {
+    Tensor x;          // [T, H] act: the embedded tokens, i.e. the residual stream at layer 0
+    Tensor positions;  // [T] I32 on the device: n_past .. n_past + T - 1
+};
+
+// Starts a forward of `tokens` at st.n_past: refuses a context overflow or an id outside [0, vocab) (Error),
+// resets the scratch arena, uploads ids and positions and embeds the tokens with `embed` [vocab, H].
+ForwardInputs begin_forward(Backend& be, const SequenceState& st, std::span<const int32_t> tokens,
+                            int64_t n_logits, const Tensor& embed);
+
+// The last n_logits rows of the residual stream x [T, H] act through the final norm and lm_head, into host
+// fp32 logits [n_logits, vocab] (resized; empty when n_logits is 0).
+void final_logits(Backend& be, const Tensor& x, const Tensor& norm_w, float eps, NormKind kind,
+                  const Linear& lm_head, int64_t n_logits, std::vector<float>& logits);
 
 // ---- the dense decoder (Llama, Qwen2, Qwen3) ----
 
