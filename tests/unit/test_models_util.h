@@ -3,6 +3,8 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <cstdint>
 #include <string>
@@ -60,6 +62,8 @@ inline void expect_logits_near(const float* got, const float* want, int64_t n, c
         }
     }
     const float tol = 1e-4f * maxref + 1e-4f;
+    if (std::getenv("GRIMOIRE_PRINT_DIFF"))  // to see the actual margin: GRIMOIRE_PRINT_DIFF=1 ./test_models
+        std::printf("%s: max|diff| %.3g, tolerance %.3g\n", what.c_str(), maxdiff, tol);
     EXPECT_LE(maxdiff, tol) << what << ": max |diff| " << maxdiff << " at " << worst << " (got " << got[worst]
                             << ", want " << want[worst] << "), max|logit| " << maxref;
 }
