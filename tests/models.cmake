@@ -10,6 +10,7 @@ if(CMAKE_SCRIPT_MODE_FILE)
   #              FIXTURE, WORK].
   #              Must exit non-zero with REGEX on stderr and nothing on stdout.
   # MODE ok:     GRIMOIRE, MODEL, REGEX. `inspect` must exit 0 with REGEX on stdout.
+  # MODE ids:    GRIMOIRE, MODEL, EXPECTED_IDS. Greedy `run --output-ids` from BOS must print exactly that line.
   if(SETUP STREQUAL "bad_json")
     file(REMOVE_RECURSE ${WORK})
     file(MAKE_DIRECTORY ${WORK})
@@ -55,6 +56,15 @@ if(CMAKE_SCRIPT_MODE_FILE)
     if(NOT rc EQUAL 0 OR NOT out MATCHES "${REGEX}")
       message(FATAL_ERROR "inspect (${rc}) output does not match '${REGEX}':\n${out}\n${err}")
     endif()
+  elseif(MODE STREQUAL "ids")
+    list(LENGTH EXPECTED_IDS n)
+    string(REPLACE ";" " " want "${EXPECTED_IDS}")
+    execute_process(COMMAND ${GRIMOIRE} run --model ${MODEL} --prompt "" --max-tokens ${n} --temperature 0
+                            --output-ids --device cpu
+                    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0 OR NOT out STREQUAL "${want}\n")
+      message(FATAL_ERROR "run --output-ids (${rc}) printed '${out}', want '${want}'\n${err}")
+    endif()
   else()
     message(FATAL_ERROR "tests/models.cmake: unknown MODE '${MODE}'")
   endif()
@@ -75,6 +85,12 @@ add_test(NAME models_stories260K_greedy_200
          COMMAND ${CMAKE_COMMAND} -DMODE=golden -DGRIMOIRE=$<TARGET_FILE:grimoire> -DMODEL=${_converted}
                  -DEXPECTED=${_stories}/expected_greedy_200.txt -P ${CMAKE_CURRENT_LIST_FILE})
 set_tests_properties(models_stories260K_greedy_200 PROPERTIES FIXTURES_REQUIRED stories260K)
+
+# The first greedy ids after BOS, from transformers' LlamaForCausalLM on the converted checkpoint.
+add_test(NAME models_stories260K_output_ids
+         COMMAND ${CMAKE_COMMAND} -DMODE=ids -DGRIMOIRE=$<TARGET_FILE:grimoire> -DMODEL=${_converted}
+                 "-DEXPECTED_IDS=403;407;261;378;432;383;286;261;376;298;315;421" -P ${CMAKE_CURRENT_LIST_FILE})
+set_tests_properties(models_stories260K_output_ids PROPERTIES FIXTURES_REQUIRED stories260K)
 
 add_test(NAME models_cli_missing_dir
          COMMAND ${CMAKE_COMMAND} -DMODE=error -DCMD=run -DMODEL=${CMAKE_BINARY_DIR}/models/no_such_model

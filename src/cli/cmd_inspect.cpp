@@ -35,13 +35,16 @@ int inspect(const std::string& model_arg, const std::string& device) {
     auto be = make_backend(device);
     auto model = load_model(dir, *be);
     const ModelInfo& i = model->info();
-    const size_t state0 = be->memory().state;
-    // KV cache (and any recurrent state) for 1024 tokens, measured by allocating it.
-    size_t per_1k = 0;
-    {
-        auto st = model->new_state(1024);
-        per_1k = be->memory().state - state0;
-    }
+    // Per-sequence state measured by allocating it at two lengths: the KV cache grows with the context, the
+    // recurrent state of linear-attention layers (if any) does not.
+    auto state_bytes = [&](int64_t ctx) {
+        const size_t before = be->memory().state;
+        auto st = model->new_state(ctx);
+        return be->memory().state - before;
+    };
+    const size_t s1 = state_bytes(1), s1k = state_bytes(1025);
+    const size_t per_1k = s1k - s1, fixed = s1 - per_1k / 1024;
+    const auto max_ctx = static_cast<size_t>(std::max<int64_t>(i.max_position_embeddings, 0));
     std::string dtypes;
     for (const auto& d : i.dtypes) dtypes += (dtypes.empty() ? "" : ", ") + d;
     std::string eos;
@@ -55,11 +58,10 @@ int inspect(const std::string& model_arg, const std::string& device) {
     std::printf("parameters:    %s (%lld)\n", count(i.n_params).c_str(), static_cast<long long>(i.n_params));
     std::printf("dtypes:        %s\n", dtypes.c_str());
     std::printf("bos / eos:     %d / %s\n", i.bos_token_id, eos.empty() ? "(none)" : eos.c_str());
-    std::printf("memory on %s: weights %s, KV/state per 1K tokens %s, at max context %s\n", be->name().c_str(),
-                mib(i.weight_bytes).c_str(), mib(per_1k).c_str(),
-                mib(i.weight_bytes + per_1k * static_cast<size_t>(std::max<int64_t>(i.max_position_embeddings, 0)) /
-                                         1024)
-                    .c_str());
+    std::printf("memory on %s: weights %s, KV per 1K tokens %s, fixed state per sequence %s\n", be->name().c_str(),
+                mib(i.weight_bytes).c_str(), mib(per_1k).c_str(), mib(fixed).c_str());
+    std::printf("one sequence at max context (%zu tokens): %s\n", max_ctx,
+                mib(i.weight_bytes + fixed + per_1k * max_ctx / 1024).c_str());
     return 0;
 }
 
