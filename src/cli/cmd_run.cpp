@@ -32,8 +32,9 @@ struct RunOptions {
 };
 
 // The prompt's token ids: the chat template rendered for one user message when `chat`, and BOS in front when
-// the tokenizer asks for it (and the rendered template did not already start with it).
-std::vector<int32_t> prompt_ids(const Tokenizer& tok, const RunOptions& o) {
+// the tokenizer asks for it (and the rendered template did not already start with it). An empty prompt
+// becomes BOS alone (the tokenizer's, else config.json's bos_token_id).
+std::vector<int32_t> prompt_ids(const Tokenizer& tok, const RunOptions& o, int32_t model_bos) {
     std::string text = o.prompt;
     if (o.chat) {
         if (tok.chat_template().empty()) throw Error(o.model + ": --chat given but the tokenizer has no chat template");
@@ -49,7 +50,10 @@ std::vector<int32_t> prompt_ids(const Tokenizer& tok, const RunOptions& o) {
     if (tok.add_bos() && tok.bos_id() >= 0 && !has_bos_text) ids.push_back(tok.bos_id());
     const std::vector<int32_t> body = tok.encode(text);
     ids.insert(ids.end(), body.begin(), body.end());
-    if (ids.empty()) throw Error("the prompt is empty and the tokenizer adds no BOS token: nothing to start from");
+    // `--prompt ""` starts from BOS alone, also for tokenizers that do not add BOS to every prompt (Qwen).
+    if (ids.empty() && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+    if (ids.empty() && model_bos >= 0) ids.push_back(model_bos);
+    if (ids.empty()) throw Error("the prompt is empty and neither the tokenizer nor config.json has a BOS token");
     return ids;
 }
 
@@ -65,7 +69,7 @@ int run(const RunOptions& o) {
     std::fprintf(stderr, "%s on %s: %.1fM parameters\n", info.architecture.c_str(), be->name().c_str(),
                  static_cast<double>(info.n_params) / 1e6);
 
-    const std::vector<int32_t> prompt = prompt_ids(*tok, o);
+    const std::vector<int32_t> prompt = prompt_ids(*tok, o, info.bos_token_id);
     GenerateOptions g;
     g.max_tokens = o.max_tokens;
     g.sampling.temperature = o.temperature;
