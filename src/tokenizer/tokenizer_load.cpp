@@ -44,6 +44,11 @@ struct Ctx {
         if (!j[name].is_boolean()) fail(key + "." + name, j[name].dump() + " is not a boolean");
         return j[name].get<bool>();
     }
+    int integer(const json& j, const std::string& name, const std::string& key) const {
+        const json& v = need(j, name, key);
+        if (!v.is_number_integer()) fail(key + "." + name, v.dump() + " is not an integer");
+        return v.get<int>();
+    }
     // {"String": s} or {"Regex": r}; returns true for a regex.
     bool pattern(const json& j, const std::string& key, std::string& out) const {
         const json& p = need(j, "pattern", key);
@@ -168,7 +173,7 @@ void parse_decoder(const Ctx& c, const json& j, const std::string& key, Tokenize
         fused = true;
     } else if (t == "Strip") {
         const std::string content = c.str(j, "content", key);
-        const int start = c.need(j, "start", key).get<int>(), stop = c.need(j, "stop", key).get<int>();
+        const int start = c.integer(j, "start", key), stop = c.integer(j, "stop", key);
         if (!fused) {
             m.decode_steps.push_back({K::Strip, "", "", content, start, stop});
         } else if (content == " " && stop == 0) {
@@ -266,12 +271,23 @@ void load_tokenizer_json(const fs::path& path, Tokenizer::Impl& m) {
             m.added.push_back(parse_added(c, list[i], key, id.get<int64_t>()));
         }
     }
-    // add_bos from a TemplateProcessing post-processor that starts with a special token; the config may override.
-    const json& pp = j.contains("post_processor") ? j["post_processor"] : json();
-    if (pp.is_object() && pp.value("type", "") == "TemplateProcessing" && pp.contains("single") &&
-        pp["single"].is_array() && !pp["single"].empty() && pp["single"][0].contains("SpecialToken")) {
-        m.add_bos = true;
-        m.bos_token = pp["single"][0]["SpecialToken"].value("id", "");
+    // add_bos from a TemplateProcessing post-processor that starts with a special token (alone, or inside a
+    // Sequence as in Llama-3's file); tokenizer_config.json may override.
+    std::vector<json> processors;
+    if (j.contains("post_processor") && j["post_processor"].is_object()) {
+        const json& pp = j["post_processor"];
+        if (pp.value("type", "") == "Sequence" && pp.contains("processors") && pp["processors"].is_array())
+            processors.assign(pp["processors"].begin(), pp["processors"].end());
+        else
+            processors.push_back(pp);
+    }
+    for (const json& pp : processors) {
+        if (pp.is_object() && pp.value("type", "") == "TemplateProcessing" && pp.contains("single") &&
+            pp["single"].is_array() && !pp["single"].empty() && pp["single"][0].is_object() &&
+            pp["single"][0].contains("SpecialToken") && pp["single"][0]["SpecialToken"].is_object()) {
+            m.add_bos = true;
+            m.bos_token = pp["single"][0]["SpecialToken"].value("id", "");
+        }
     }
 }
 
@@ -357,15 +373,21 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& dir) {
     const fs::path cfg_path = d / "tokenizer_config.json";
     json cfg = json::object();
     if (fs::exists(cfg_path)) cfg = read_json(cfg_path);
-    if (fs::exists(d / "tokenizer.json")) {
-        load_tokenizer_json(d / "tokenizer.json", *m);
-    } else if (fs::exists(d / "vocab.json") || fs::exists(d / "merges.txt")) {
-        const std::string cls = cfg.is_object() ? cfg.value("tokenizer_class", "") : "";
-        load_vocab_merges(d, cls, *m);
-    } else {
-        throw Error((d / "tokenizer.json").string() + ": missing (and no vocab.json + merges.txt either)");
+    const bool has_json = fs::exists(d / "tokenizer.json");
+    try {
+        if (has_json) {
+            load_tokenizer_json(d / "tokenizer.json", *m);
+        } else if (fs::exists(d / "vocab.json") || fs::exists(d / "merges.txt")) {
+            const json& cls = cfg.is_object() && cfg.contains("tokenizer_class") ? cfg["tokenizer_class"] : json();
+            load_vocab_merges(d, cls.is_string() ? cls.get<std::string>() : "", *m);
+        } else {
+            throw Error((d / "tokenizer.json").string() + ": missing (and no vocab.json + merges.txt either)");
+        }
+        apply_config(cfg_path, cfg, *m);
+    } catch (const nlohmann::json::exception& e) {
+        // A value of an unexpected JSON type that the checks above did not name.
+        throw Error((has_json ? (d / "tokenizer.json") : d).string() + " or tokenizer_config.json: " + e.what());
     }
-    apply_config(cfg_path, cfg, *m);
     const fs::path jinja = d / "chat_template.jinja";
     if (fs::exists(jinja)) {
         std::ifstream f(jinja, std::ios::binary);

@@ -203,6 +203,40 @@ TEST(TokenizerStream, SentencePieceBytesAndLeadingSpace) {
     fs::remove_all(dir);
 }
 
+// Random mixes of NFC-stable pieces (ASCII, whitespace runs, CJK, emoji, Khmer, added-token text) round-trip
+// exactly, and streaming gives the same text as decode(). Random bytes (mostly invalid UTF-8) never crash and
+// decode to well-formed UTF-8.
+TEST(TokenizerProperty, RandomTextRoundTripsAndRandomBytesAreSafe) {
+    const std::vector<std::string> parts = {"a", "Z", " ", "  ", "\n", "\t", "\r\n", "'s", "'LL", "123", "4",
+                                            ".", "...", "!?", "\xE4\xBD\xA0", "\xE5\xA5\xBD",
+                                            "\xF0\x9F\xA6\x99", "\xF0\x9F\xAA\xBF", "\xE1\x9E\x9F",
+                                            "\xC3\xA9", "<think>", "<|im_end|>", "<|im_", "word", " Word"};
+    uint64_t state = 12345;
+    auto rnd = [&] {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        return static_cast<uint32_t>(state >> 33);
+    };
+    for (int iter = 0; iter < 300; ++iter) {
+        std::string text;
+        for (uint32_t k = rnd() % 24; k > 0; --k) text += parts[rnd() % parts.size()];
+        const auto toks = qwen3().encode(text);
+        ASSERT_EQ(qwen3().decode(toks), text);
+        StreamDecoder d(qwen3());
+        std::string streamed;
+        for (int32_t id : toks) streamed += d.push(id);
+        ASSERT_EQ(streamed + d.flush(), text);
+
+        std::string bytes;
+        for (uint32_t k = rnd() % 32; k > 0; --k) bytes.push_back(static_cast<char>(rnd() & 0xFF));
+        const std::string back = qwen3().decode(qwen3().encode(bytes));
+        ASSERT_TRUE(utf8::valid(back));
+        if (utf8::valid(bytes) && back != bytes) {
+            // Well-formed input only changes through NFC.
+            EXPECT_EQ(qwen3().decode(qwen3().encode(back)), back);
+        }
+    }
+}
+
 // Load errors: each names the file at fault.
 std::string load_error(const std::string& dir) {
     try {
