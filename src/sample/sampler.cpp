@@ -11,6 +11,7 @@ namespace grimoire {
 namespace {
 constexpr float kGreedyEps = 1e-5f;  // vLLM's _SAMPLING_EPS: below this temperature sampling is greedy
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr size_t kPrefix = 1024;  // candidates sorted before falling back to a full-vocabulary sort
 }  // namespace
 
 int32_t argmax(const float* logits, int64_t n) {
@@ -83,8 +84,31 @@ int32_t Sampler::sample(float* logits, std::span<const int32_t> prompt, std::spa
         std::nth_element(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(n - 1), ids_.end(), before);
     }
     const bool need_order = p_.top_p < 1.0f || p_.min_p > 0.0f;
-    if (need_order) std::sort(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(n), before);
-    else if (n < ids_.size()) std::nth_element(ids_.begin(), ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(n), before);
+    double vocab_mass = -1.0;  // set when n shrinks to the sorted prefix: the mass of all candidates
+    if (need_order && p_.top_k == 0 && n > kPrefix) {
+        // Sorting a 150k-250k vocabulary every token is the sampler's main cost. The truncations only ever
+        // keep a prefix of the sorted order, so sort just the kPrefix most likely ids and fall back to the
+        // full sort when that prefix cannot decide (top-p mass not reached and min-p not yet failing).
+        std::nth_element(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(kPrefix - 1), ids_.end(), before);
+        std::sort(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(kPrefix), before);
+        const double lmax = logits[ids_[0]];
+        double total = 0.0, head = 0.0;
+        for (int64_t i = 0; i < vocab_; ++i) total += std::exp(static_cast<double>(logits[i]) - lmax);
+        for (size_t i = 0; i < kPrefix; ++i) head += std::exp(static_cast<double>(logits[ids_[i]]) - lmax);
+        const double last = std::exp(static_cast<double>(logits[ids_[kPrefix - 1]]) - lmax);
+        const bool top_p_decided = p_.top_p < 1.0f && head >= static_cast<double>(p_.top_p) * total;
+        const bool min_p_decided = p_.min_p > 0.0f && last < static_cast<double>(p_.min_p);
+        if (top_p_decided || min_p_decided) {
+            n = kPrefix;
+            vocab_mass = total;
+        } else {
+            std::sort(ids_.begin(), ids_.end(), before);
+        }
+    } else if (need_order) {
+        std::sort(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(n), before);
+    } else if (n < ids_.size()) {
+        std::nth_element(ids_.begin(), ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(n), before);
+    }
     // ids_[0] is now the most likely candidate in every case.
 
     const double lmax = logits[ids_[0]];
@@ -94,7 +118,7 @@ int32_t Sampler::sample(float* logits, std::span<const int32_t> prompt, std::spa
 
     if (p_.top_p < 1.0f) {
         // Smallest prefix whose probability mass reaches top_p (the token that crosses it is kept).
-        const double want = static_cast<double>(p_.top_p) * total;
+        const double want = static_cast<double>(p_.top_p) * (vocab_mass >= 0.0 ? vocab_mass : total);
         double cum = 0.0;
         size_t keep = 0;
         while (keep < n) {
@@ -102,7 +126,8 @@ int32_t Sampler::sample(float* logits, std::span<const int32_t> prompt, std::spa
             if (cum >= want) break;
         }
         n = keep;
-        total = cum;
+        total = 0.0;
+        for (size_t i = 0; i < keep; ++i) total += probs_[i];
     }
     if (p_.min_p > 0.0f) {
         // p_i / p_max = exp(l_i - l_max) is independent of normalisation; probs_[0] == 1 is the max.

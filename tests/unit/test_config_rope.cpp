@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "backend/rope_params.h"
-#include "test_util.h"
+#include "../test_util.h"
 
 namespace grimoire {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "io/safetensors.h"
 #include "test_cpu_util.h"
-#include "test_util.h"
+#include "../test_util.h"
 
 namespace grimoire {
 namespace {

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "core/error.h"
@@ -158,6 +160,55 @@ TEST(Sampler, MinPDropsTokensBelowFractionOfMax) {
     p.top_k = 2;
     p.min_p = 0.7f;
     EXPECT_EQ(draw(p, l, 500)[2], 500);
+}
+
+// The kept set for top-p then min-p, by brute force over the whole sorted vocabulary.
+std::vector<bool> ref_kept(const std::vector<float>& l, float top_p, float min_p) {
+    std::vector<int32_t> ids(l.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    const double mx = l[ids[0]];
+    double total = 0.0;
+    for (float v : l) total += std::exp(v - mx);
+    std::vector<bool> keep(l.size(), false);
+    double cum = 0.0;
+    for (int32_t id : ids) {
+        const double p = std::exp(l[id] - mx);
+        if (min_p > 0.0f && p < min_p) break;
+        keep[id] = true;
+        cum += p;
+        if (top_p < 1.0f && cum >= top_p * total) break;
+    }
+    return keep;
+}
+
+TEST(Sampler, LargeVocabTruncationMatchesFullSort) {
+    const int64_t V = 5000;
+    std::mt19937 rng(17);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> peaked(V), flat(V);
+    for (auto& v : peaked) v = nd(rng);
+    for (auto& v : flat) v = nd(rng) * 0.01f;  // needs > 1024 tokens for most top_p: the full-sort fallback
+    for (const auto* base : {&peaked, &flat})
+        for (float top_p : {0.5f, 0.9f, 0.999f, 1.0f})
+            for (float min_p : {0.0f, 0.01f, 0.9999f}) {
+                if (top_p == 1.0f && min_p == 0.0f) continue;
+                SamplingParams p;
+                p.top_p = top_p;
+                p.min_p = min_p;
+                p.has_seed = true;
+                Sampler s(p, V);
+                std::vector<float> l = *base;
+                const int32_t id = s.sample(l.data(), std::span<const int32_t>{});
+                const std::vector<bool> want = ref_kept(*base, top_p, min_p);
+                size_t nkeep = 0;
+                for (int64_t i = 0; i < V; ++i) {
+                    ASSERT_EQ(std::isfinite(l[i]), want[i]) << "id " << i << " top_p " << top_p << " min_p " << min_p;
+                    nkeep += want[i];
+                }
+                EXPECT_TRUE(want[id]);
+                EXPECT_GT(nkeep, 0u);
+            }
 }
 
 TEST(Sampler, PenaltiesAreExact) {
