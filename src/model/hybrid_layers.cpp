@@ -308,26 +308,9 @@ public:
                  std::vector<float>& logits) override {
         Backend& be = *be_;
         const int64_t T = static_cast<int64_t>(tokens.size()), H = c_.attn.hidden, n_past = st.n_past;
-        GRIMOIRE_CHECK(T > 0 && n_logits >= 0 && n_logits <= T, "forward: bad token / logit counts");
-        if (n_past + T > st.max_ctx())
-            throw Error("context length exceeded: " + std::to_string(n_past + T) + " tokens > " +
-                        std::to_string(st.max_ctx()));
-        for (int32_t id : tokens)
-            if (id < 0 || id >= c_.vocab)
-                throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                            std::to_string(c_.vocab) + ")");
-        be.reset_scratch();
-        const DType act = be.act_dtype();
-        Tensor ids = be.scratch(DType::I32, {T});
-        be.from_host(ids, tokens.data());
-        std::vector<int32_t> pos_host(static_cast<size_t>(T));
-        for (int64_t t = 0; t < T; ++t) pos_host[static_cast<size_t>(t)] = static_cast<int32_t>(n_past + t);
-        Tensor pos = be.scratch(DType::I32, {T});
-        be.from_host(pos, pos_host.data());
-
-        Tensor x = be.scratch(act, {T, H});  // the residual stream
-        be.embedding(embed_, ids, x);
-        Tensor h = be.scratch(act, {T, H}), y = be.scratch(act, {T, H});
+        ForwardInputs in = begin_forward(be, st, tokens, n_logits, embed_);
+        Tensor& x = in.x;  // the residual stream
+        Tensor h = be.scratch(be.act_dtype(), {T, H}), y = be.scratch(be.act_dtype(), {T, H});
         const float eps = c_.attn.norm_eps;
         for (size_t i = 0; i < layers_.size(); ++i) {
             const Layer& l = layers_[i];
@@ -335,27 +318,14 @@ public:
             if (l.linear)
                 gdn_forward(be, l.gdn, c_.gdn, h, st.layers[i], y);
             else
-                gated_attention_forward(be, l.attn, c_.attn, h, pos, st.layers[i], n_past, y);
+                gated_attention_forward(be, l.attn, c_.attn, h, in.positions, st.layers[i], n_past, y);
             be.add(x, y, x);
             be.rmsnorm(x, l.post_norm, eps, NormKind::PLUS_ONE, h);
             mlp_forward(be, l.mlp, h, y);
             be.add(x, y, x);
         }
         st.n_past += T;
-        logits.resize(static_cast<size_t>(n_logits * c_.vocab));
-        if (n_logits == 0) return;
-        Tensor last = x.row_slice(T - n_logits, n_logits);
-        Tensor hn = be.scratch(act, {n_logits, H});
-        be.rmsnorm(last, final_norm_, eps, NormKind::PLUS_ONE, hn);
-        Tensor out = be.scratch(act, {n_logits, c_.vocab});
-        lm_head_->forward(be, hn, out);
-        if (act == DType::F32) {
-            be.to_host(out, logits.data());
-        } else {
-            std::vector<uint8_t> raw(out.nbytes());
-            be.to_host(out, raw.data());
-            convert_to_f32(act, raw.data(), logits.data(), logits.size());
-        }
+        final_logits(be, x, final_norm_, eps, NormKind::PLUS_ONE, *lm_head_, n_logits, logits);
     }
 
     const MtpWeights* mtp() const { return mtp_.get(); }
