@@ -13,6 +13,8 @@ endif()
 # nvcc compiles the kernels as C++17 (CMake 3.25 has no CUDA20 flags for nvcc); the headers they include are C++17-clean.
 set(CMAKE_CUDA_STANDARD 17)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+# One CUDA runtime: the shared libcudart that grimoire_lib links (not also the static one nvcc would add).
+set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
 
 file(GLOB GRIMOIRE_CUDA_SOURCES CONFIGURE_DEPENDS
   ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cpp ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cu

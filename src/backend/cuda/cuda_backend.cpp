@@ -122,9 +122,12 @@ void CudaBackend::report_upload(size_t bytes) {
     uploaded_ += bytes;
     // Only large checkpoints get a progress line; a few refreshes a second is enough.
     if (uploaded_ >= (1ull << 30) && t - last_report_ > 0.25) {
-        const double gb = static_cast<double>(uploaded_) / 1e9;
-        std::fprintf(stderr, "\rgrimoire: uploading weights to %s: %.1f GB (%.1f GB/s)   ", name_.c_str(), gb,
-                     gb / (t - upload_t0_ + 1e-9));
+        const double gb = static_cast<double>(uploaded_) / 1e9, dt = t - upload_t0_;
+        if (dt > 0.05)
+            std::fprintf(stderr, "\rgrimoire: uploading weights to %s: %.1f GB (%.1f GB/s)   ", name_.c_str(), gb,
+                         gb / dt);
+        else  // device-side random fills are asynchronous: a rate would be meaningless
+            std::fprintf(stderr, "\rgrimoire: uploading weights to %s: %.1f GB   ", name_.c_str(), gb);
         std::fflush(stderr);
         last_report_ = t;
         reported_ = true;
@@ -375,8 +378,13 @@ void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tenso
                                    const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& state,
                                    Tensor& out) {
     Tensor st = state, o = out;
-    graph_->record(cuda::KeyHasher().add(OP_GDN).add(q).add(k).add(v).add(a).add(b).add(A_log).add(dt_bias).add(st).add(o).h,
-                   [=](cudaStream_t s) mutable { cuda::gated_delta_rule(q, k, v, a, b, A_log, dt_bias, st, o, s); });
+    // The chunked prefill form needs a workspace of per-chunk matrices (scratch, so it is reused per step).
+    const size_t wsb = q.ndim == 3 && v.ndim == 3 ? cuda::gated_delta_rule_ws_bytes(q.dim(0), v.dim(1), q.dim(2), v.dim(2)) : 0;
+    void* ws = wsb ? mem_->scratch(wsb) : nullptr;
+    graph_->record(cuda::KeyHasher().add(OP_GDN).add(q).add(k).add(v).add(a).add(b).add(A_log).add(dt_bias).add(st).add(o).add(ws).h,
+                   [=](cudaStream_t s) mutable {
+                       cuda::gated_delta_rule(q, k, v, a, b, A_log, dt_bias, st, o, ws, wsb, s);
+                   });
 }
 
 void CudaBackend::gemm(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t s) {

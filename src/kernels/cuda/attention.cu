@@ -56,7 +56,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cach
         attn::launch_decode(q.data, dt_code(q.dtype, op, "q"), k_cache.data, v_cache.data, cdt, g, a.n_past,
                             a.n_past_dev, a.scale, static_cast<float*>(a.ws), out.data,
                             dt_code(out.dtype, op, "out"), s);
-    } else {
+    } else if (!(cdt == kBF16 && attn::launch_prefill_tc(q.data, dt_code(q.dtype, op, "q"), k_cache.data,
+                                                         v_cache.data, g, a.n_past, a.n_past_dev, a.scale, out.data,
+                                                         dt_code(out.dtype, op, "out"), s))) {
         attn::launch_prefill(q.data, dt_code(q.dtype, op, "q"), k_cache.data, v_cache.data, cdt, g, a.n_past,
                              a.n_past_dev, a.scale, out.data, dt_code(out.dtype, op, "out"), s);
     }

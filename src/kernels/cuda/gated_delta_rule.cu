@@ -6,23 +6,17 @@
 // shared memory, decay the state, u = beta (v - S^T k), S += k u^T, o = S^T q; the two column sums over rows
 // are reduced across the 4 warps through shared memory.
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gdn_impl.h"
 #include "kernels/cuda/kernels.h"
 
 namespace grimoire::cuda {
+
+using gdn::GdnParams;
 
 namespace {
 constexpr int kRowGroups = 4;                     // warps per block, each owning every 4th state row
 constexpr int kMaxDk = 128;                       // rows per thread <= kMaxDk / kRowGroups
 constexpr int kRowsPerThread = kMaxDk / kRowGroups;
-
-struct GdnParams {
-    const void* q; const void* k; const void* v; const void* a; const void* b;  // [T,Hk,dk] x2, [T,Hv,dv], [T,Hv] x2
-    const void* A_log; const void* dt_bias;                                     // [Hv]
-    float* state;                                                               // [Hv, dk, dv] f32
-    void* out;                                                                  // [T, Hv, dv]
-    int qdt, kdt, vdt, adt, bdt, Adt, ddt, odt;
-    int64_t T, Hk, Hv, dk, dv;
-};
 
 __device__ __forceinline__ float softplus_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 }  // namespace
@@ -107,8 +101,13 @@ static void launch_gdn_recurrent(const GdnParams& p, cudaStream_t s) {
     check_launch("gated_delta_rule");
 }
 
+size_t gated_delta_rule_ws_bytes(int64_t T, int64_t Hv, int64_t dk, int64_t dv) {
+    return T >= gdn::kChunkedMinT ? gdn::chunked_ws_bytes(T, Hv, dk, dv) : 0;
+}
+
 void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
-                      const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out, cudaStream_t s) {
+                      const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out, void* ws,
+                      size_t ws_bytes, cudaStream_t s) {
     if (q.ndim != 3 || k.ndim != 3 || v.ndim != 3) throw Error("cuda gated_delta_rule: q, k, v must be 3-D");
     GdnParams p{};
     p.T = q.dim(0);
@@ -135,7 +134,10 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
     p.dt_bias = dt_bias.data; p.ddt = dt_code(dt_bias.dtype, op, "dt_bias");
     p.state = state.ptr<float>();
     p.out = out.data; p.odt = dt_code(out.dtype, op, "out");
-    launch_gdn_recurrent(p, s);
+    if (p.T >= gdn::kChunkedMinT && ws && ws_bytes >= gdn::chunked_ws_bytes(p.T, p.Hv, p.dk, p.dv))
+        gdn::launch_chunked(p, static_cast<float*>(ws), s);
+    else
+        launch_gdn_recurrent(p, s);
 }
 
 }  // namespace grimoire::cuda

@@ -42,12 +42,18 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cach
                const AttnArgs& a, Tensor& out, cudaStream_t s);
 
 void conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& out, cudaStream_t s);
+// T >= 64 with a workspace of gated_delta_rule_ws_bytes() runs the chunked (WY) prefill form, otherwise the
+// token-by-token recurrence; both update `state` the same way.
+size_t gated_delta_rule_ws_bytes(int64_t T, int64_t Hv, int64_t dk, int64_t dv);
 void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
-                      const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out, cudaStream_t s);
+                      const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out, void* ws,
+                      size_t ws_bytes, cudaStream_t s);
 
 // y [T, N] = x [T, K] @ w [N, K]^T for small T (decode), bandwidth-bound; x, y BF16/F32, w BF16/F16/F32.
 constexpr int64_t kGemvMaxT = 8;
 void gemv(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t s);
+
+void check_launch(const char* op);  // throws Error naming the op when the last launch failed
 
 // Token selection on the device. logits [R, V] (F32/BF16) -> out [R] I32.
 void argmax(const Tensor& logits, Tensor& out, cudaStream_t s);

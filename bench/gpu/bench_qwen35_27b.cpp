@@ -1,0 +1,318 @@
+// Qwen3.5-27B-shaped BF16 benchmark on the CUDA backend: decode tokens/s at context 0, 4K and 32K against the
+// memory roofline, and prefill tokens/s for 512- and 4096-token prompts against cuBLAS BF16 GEMM throughput,
+// both ceilings measured in the same run.
+//
+//   bench_qwen35_27b --random-weights [--out results.json] [--commit SHA] [--decode-steps 32]
+//
+// --random-weights writes a header-only checkpoint of the real geometry (config.json + a sparse
+// model.safetensors whose data region is a hole, so it takes no disk) and loads it with load_model() like any
+// checkpoint; CudaBackend::set_random_weights() makes each upload() fill the tensor on the GPU with
+// deterministic pseudo-random values instead of reading the file. So the loader, the model code and every
+// kernel are the ones a real checkpoint uses, and 54 GB never cross PCIe.
+//
+// Roofline: one decode step must read every weight once (the embedding table only one row), the KV rows of
+// the 16 attention layers up to the current length, and read + write the DeltaNet conv and recurrent states.
+// Its time bound is those bytes over the device-to-device copy bandwidth measured here ((read + write) / s).
+// Longer contexts are timed by setting the state's n_past (the kernels read every cached row whatever it holds,
+// so the work is that of a real 4K / 32K context without spending minutes of prefill on it).
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <span>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+#include "model/model.h"
+
+namespace fs = std::filesystem;
+using grimoire::CudaBackend;
+using grimoire::DType;
+using grimoire::Error;
+using json = nlohmann::json;
+
+namespace {
+
+// Qwen3.5 / Qwen3.6-27B text geometry (models-and-formats.md §1.2).
+constexpr int64_t H = 5120, L = 64, I = 17408, V = 248320, Hq = 24, Hkv = 4, Dh = 256;
+constexpr int64_t Hk = 16, Hv = 48, dk = 128, dv = 128, Kc = 4;
+constexpr int64_t kKey = Hk * dk, kVal = Hv * dv, kConv = 2 * kKey + kVal;
+bool is_attention(int64_t i) { return (i + 1) % 4 == 0; }
+
+void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct Tinfo {
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t numel() const {
+        int64_t n = 1;
+        for (int64_t s : shape) n *= s;
+        return n;
+    }
+};
+
+std::vector<Tinfo> tensor_list() {
+    std::vector<Tinfo> t = {{"model.embed_tokens.weight", {V, H}}, {"lm_head.weight", {V, H}}, {"model.norm.weight", {H}}};
+    for (int64_t i = 0; i < L; ++i) {
+        const std::string p = "model.layers." + std::to_string(i) + ".";
+        t.push_back({p + "input_layernorm.weight", {H}});
+        t.push_back({p + "post_attention_layernorm.weight", {H}});
+        t.push_back({p + "mlp.gate_proj.weight", {I, H}});
+        t.push_back({p + "mlp.up_proj.weight", {I, H}});
+        t.push_back({p + "mlp.down_proj.weight", {H, I}});
+        if (is_attention(i)) {
+            t.push_back({p + "self_attn.q_proj.weight", {2 * Hq * Dh, H}});
+            t.push_back({p + "self_attn.k_proj.weight", {Hkv * Dh, H}});
+            t.push_back({p + "self_attn.v_proj.weight", {Hkv * Dh, H}});
+            t.push_back({p + "self_attn.o_proj.weight", {H, Hq * Dh}});
+            t.push_back({p + "self_attn.q_norm.weight", {Dh}});
+            t.push_back({p + "self_attn.k_norm.weight", {Dh}});
+        } else {
+            t.push_back({p + "linear_attn.in_proj_qkv.weight", {kConv, H}});
+            t.push_back({p + "linear_attn.in_proj_z.weight", {kVal, H}});
+            t.push_back({p + "linear_attn.in_proj_b.weight", {Hv, H}});
+            t.push_back({p + "linear_attn.in_proj_a.weight", {Hv, H}});
+            t.push_back({p + "linear_attn.conv1d.weight", {kConv, 1, Kc}});
+            t.push_back({p + "linear_attn.A_log", {Hv}});
+            t.push_back({p + "linear_attn.dt_bias", {Hv}});
+            t.push_back({p + "linear_attn.norm.weight", {dv}});
+            t.push_back({p + "linear_attn.out_proj.weight", {H, kVal}});
+        }
+    }
+    return t;
+}
+
+// config.json + a sparse model.safetensors (valid header, data region left as a hole).
+void write_checkpoint(const fs::path& dir) {
+    fs::create_directories(dir);
+    json cfg = {{"architectures", {"Qwen3_5ForCausalLM"}}, {"model_type", "qwen3_5_text"}, {"dtype", "bfloat16"},
+                {"hidden_size", H}, {"num_hidden_layers", L}, {"intermediate_size", I}, {"vocab_size", V},
+                {"num_attention_heads", Hq}, {"num_key_value_heads", Hkv}, {"head_dim", Dh},
+                {"linear_num_key_heads", Hk}, {"linear_num_value_heads", Hv}, {"linear_key_head_dim", dk},
+                {"linear_value_head_dim", dv}, {"linear_conv_kernel_dim", Kc}, {"rms_norm_eps", 1e-6},
+                {"hidden_act", "silu"}, {"attention_bias", false}, {"tie_word_embeddings", false},
+                {"max_position_embeddings", 262144}, {"bos_token_id", 248044}, {"eos_token_id", 248044},
+                {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000000.0},
+                                     {"partial_rotary_factor", 0.25}, {"mrope_section", {11, 11, 10}},
+                                     {"mrope_interleaved", true}}}};
+    json lt = json::array();
+    for (int64_t i = 0; i < L; ++i) lt.push_back(is_attention(i) ? "full_attention" : "linear_attention");
+    cfg["layer_types"] = lt;
+    std::ofstream(dir / "config.json") << cfg.dump(2);
+
+    json hdr = json::object();
+    size_t off = 0;
+    for (const auto& t : tensor_list()) {
+        const size_t n = static_cast<size_t>(t.numel()) * 2;
+        hdr[t.name] = {{"dtype", "BF16"}, {"shape", t.shape}, {"data_offsets", {off, off + n}}};
+        off += n;
+    }
+    std::string h = hdr.dump();
+    while (h.size() % 8) h += ' ';
+    const std::string path = (dir / "model.safetensors").string();
+    const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    if (fd < 0) throw Error("cannot create " + path);
+    const uint64_t len = h.size();
+    bool ok = ::write(fd, &len, 8) == 8 && ::write(fd, h.data(), h.size()) == static_cast<ssize_t>(h.size()) &&
+              ::ftruncate(fd, static_cast<off_t>(8 + h.size() + off)) == 0;
+    ::close(fd);
+    if (!ok) throw Error("cannot write " + path);
+}
+
+// Device-to-device copy bandwidth, (read + write) bytes / s, over a 4 GiB buffer.
+double copy_bandwidth() {
+    const size_t n = 4ull << 30;
+    void *a = nullptr, *b = nullptr;
+    check(cudaMalloc(&a, n), "cudaMalloc");
+    check(cudaMalloc(&b, n), "cudaMalloc");
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int i = 0; i < 2; ++i) cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+    const int reps = 10;
+    cudaEventRecord(e0);
+    for (int i = 0; i < reps; ++i) cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1);
+    check(cudaEventSynchronize(e1), "copy");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * n * reps / (ms * 1e-3);
+}
+
+// cuBLAS BF16 GEMM throughput (FLOP/s) for the 27B gate_proj shape with M = tokens.
+double gemm_flops(int64_t M) {
+    const int64_t N = I, K = H;
+    void *x, *w, *y;
+    check(cudaMalloc(&x, M * K * 2), "cudaMalloc");
+    check(cudaMalloc(&w, N * K * 2), "cudaMalloc");
+    check(cudaMalloc(&y, M * N * 2), "cudaMalloc");
+    cudaMemset(x, 0x3c, M * K * 2);  // 0x3c3c ~ 0.0115: finite, nonzero data
+    cudaMemset(w, 0x3c, N * K * 2);
+    cublasHandle_t h;
+    cublasCreate(&h);
+    const float al = 1, be = 0;
+    auto run = [&] {
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &al,
+                     w, CUDA_R_16BF, static_cast<int>(K), x, CUDA_R_16BF, static_cast<int>(K), &be, y, CUDA_R_16BF,
+                     static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    };
+    for (int i = 0; i < 3; ++i) run();
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    const int reps = 20;
+    cudaEventRecord(e0);
+    for (int i = 0; i < reps; ++i) run();
+    cudaEventRecord(e1);
+    check(cudaEventSynchronize(e1), "gemm");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cublasDestroy(h);
+    cudaFree(x);
+    cudaFree(w);
+    cudaFree(y);
+    return 2.0 * M * N * K * reps / (ms * 1e-3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    bool random_weights = false;
+    std::string out_path, commit = "unknown";
+    int decode_steps = 32;
+    std::string command = "bench_qwen35_27b";
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        command += " " + a;
+        if (a == "--random-weights") random_weights = true;
+        else if (a == "--out" && i + 1 < argc) out_path = argv[++i], command += std::string(" ") + argv[i];
+        else if (a == "--commit" && i + 1 < argc) commit = argv[++i], command += std::string(" ") + argv[i];
+        else if (a == "--decode-steps" && i + 1 < argc) decode_steps = std::stoi(argv[++i]), command += std::string(" ") + argv[i];
+        else {
+            std::fprintf(stderr, "usage: bench_qwen35_27b --random-weights [--out FILE] [--commit SHA] [--decode-steps N]\n");
+            return 2;
+        }
+    }
+    if (!random_weights) {
+        std::fprintf(stderr, "bench_qwen35_27b: only --random-weights is supported (no 27B checkpoint needed)\n");
+        return 2;
+    }
+    try {
+        const fs::path dir = fs::temp_directory_path() / ("grimoire_qwen35_27b_" + std::to_string(::getpid()));
+        write_checkpoint(dir);
+        CudaBackend be(0, DType::BF16);
+        be.set_random_weights(20261130);
+        double t0 = now();
+        auto model = grimoire::load_model(dir.string(), be);
+        be.synchronize();
+        const double load_s = now() - t0;
+        fs::remove_all(dir);
+        std::printf("loaded 27B-shaped model (random weights) in %.2f s: %s\n", load_s, be.memory_report().c_str());
+
+        const double bw = copy_bandwidth();
+        std::printf("copy bandwidth (read+write): %.0f GB/s\n", bw / 1e9);
+        json metrics, ratios;
+        metrics["copy_bandwidth_GBps"] = bw / 1e9;
+        metrics["load_s"] = load_s;
+        metrics["weight_bytes"] = be.memory().weights;
+
+        // Bytes one decode step reads: every weight but the embedding table (one row), KV rows, states r+w.
+        size_t weight_bytes = 0;
+        for (const auto& t : tensor_list()) weight_bytes += static_cast<size_t>(t.numel()) * 2;
+        weight_bytes -= static_cast<size_t>(V * H * 2) - static_cast<size_t>(H * 2);
+        const size_t state_bytes = 2 * static_cast<size_t>(L - L / 4) *
+                                   (static_cast<size_t>(Hv * dk * dv) * 4 + static_cast<size_t>((Kc - 1) * kConv) * 2);
+        auto kv_bytes = [](int64_t ctx) { return static_cast<size_t>(L / 4) * static_cast<size_t>(ctx + 1) * 2 * Hkv * Dh * 2; };
+
+        const int64_t max_ctx = 32768 + decode_steps + 16;
+        auto st = model->new_state(max_ctx);
+        std::vector<float> logits;
+        std::mt19937 rng(7);
+        int32_t tok = 1000;
+        for (int64_t ctx : {int64_t{0}, int64_t{4096}, int64_t{32768}}) {
+            st->n_past = ctx;
+            for (int i = 0; i < 3; ++i) model->forward(*st, std::span<const int32_t>(&tok, 1), 1, logits);
+            const double t1 = now();
+            for (int i = 0; i < decode_steps; ++i) {
+                model->forward(*st, std::span<const int32_t>(&tok, 1), 1, logits);
+                tok = static_cast<int32_t>(rng() % V);
+            }
+            const double dt = now() - t1;
+            const double tps = decode_steps / dt;
+            const size_t bytes = weight_bytes + state_bytes + kv_bytes(ctx + 3 + decode_steps / 2);
+            const double roof = bw / static_cast<double>(bytes);
+            const std::string k = ctx == 0 ? "ctx0" : (ctx == 4096 ? "ctx4k" : "ctx32k");
+            metrics["decode_" + k + "_tok_s"] = tps;
+            metrics["decode_" + k + "_roofline_tok_s"] = roof;
+            metrics["decode_" + k + "_bytes_per_step"] = bytes;
+            ratios["decode_" + k + "_roofline"] = tps / roof;
+            std::printf("decode ctx %6lld: %.2f tok/s, roofline %.2f tok/s (%.2f GB/step), ratio %.3f\n",
+                        static_cast<long long>(ctx), tps, roof, bytes / 1e9, tps / roof);
+        }
+        metrics["graph_captures"] = be.graph_stats().captures;
+        metrics["graph_replays"] = be.graph_stats().replays;
+
+        // Matmul FLOPs per prompt token (every projection; the lm_head runs once, for the last token).
+        double proj_params = 0;
+        for (const auto& t : tensor_list())
+            if (t.shape.size() == 2 && t.name.find("embed_tokens") == std::string::npos && t.name != "lm_head.weight")
+                proj_params += static_cast<double>(t.numel());
+        for (int64_t T : {int64_t{512}, int64_t{4096}}) {
+            const double gf = gemm_flops(T);
+            std::vector<int32_t> prompt(static_cast<size_t>(T));
+            for (auto& p : prompt) p = static_cast<int32_t>(rng() % V);
+            auto run = [&] {
+                st->reset();
+                model->forward(*st, prompt, 1, logits);
+            };
+            run();
+            run();
+            const int reps = 3;
+            const double t1 = now();
+            for (int i = 0; i < reps; ++i) run();
+            const double dt = (now() - t1) / reps;
+            const double flops = 2.0 * proj_params * static_cast<double>(T) + 2.0 * static_cast<double>(V * H);
+            const double achieved = flops / dt;
+            const std::string k = "prefill_" + std::to_string(T);
+            metrics[k + "_tok_s"] = static_cast<double>(T) / dt;
+            metrics[k + "_matmul_TFLOPs"] = achieved / 1e12;
+            metrics["gemm_bf16_M" + std::to_string(T) + "_TFLOPs"] = gf / 1e12;
+            ratios[k + "_vs_gemm"] = achieved / gf;
+            std::printf("prefill %4lld: %.0f tok/s, %.0f matmul TFLOP/s vs cuBLAS %.0f TFLOP/s, ratio %.3f\n",
+                        static_cast<long long>(T), T / dt, achieved / 1e12, gf / 1e12, achieved / gf);
+        }
+        metrics["memory"] = be.memory_report();
+
+        cudaDeviceProp prop{};
+        cudaGetDeviceProperties(&prop, 0);
+        const auto tnow = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+        char date[32];
+        std::strftime(date, sizeof date, "%Y-%m-%dT%H:%MZ", std::gmtime(&tnow));
+        json res = {{"date", date}, {"commit", commit}, {"card", prop.name}, {"command", command},
+                    {"metrics", metrics}, {"ratios", ratios}};
+        const std::string s = res.dump(2);
+        std::printf("%s\n", s.c_str());
+        if (!out_path.empty()) std::ofstream(out_path) << s << "\n";
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_qwen35_27b: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

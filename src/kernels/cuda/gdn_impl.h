@@ -1,0 +1,26 @@
+// Internal to the gated_delta_rule op: the parameter block its recurrent (decode) and chunked (prefill)
+// kernels share, and the chunked path's launcher and workspace size.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace grimoire::cuda::gdn {
+
+struct GdnParams {
+    const void* q; const void* k; const void* v; const void* a; const void* b;  // [T,Hk,dk] x2, [T,Hv,dv], [T,Hv] x2
+    const void* A_log; const void* dt_bias;                                     // [Hv]
+    float* state;                                                               // [Hv, dk, dv] f32
+    void* out;                                                                  // [T, Hv, dv]
+    int qdt, kdt, vdt, adt, bdt, Adt, ddt, odt;
+    int64_t T, Hk, Hv, dk, dv;
+};
+
+constexpr int kChunk = 64;
+// Prompts of at least this many tokens take the chunked path (fewer: the token-by-token kernel is cheaper).
+constexpr int64_t kChunkedMinT = 64;
+size_t chunked_ws_bytes(int64_t T, int64_t Hv, int64_t dk, int64_t dv);
+void launch_chunked(const GdnParams& p, float* ws, cudaStream_t s);
+
+}  // namespace grimoire::cuda::gdn
