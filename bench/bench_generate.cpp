@@ -7,10 +7,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/generate.h"
 #include "model/model.h"
@@ -50,15 +49,21 @@ int main(int argc, char** argv) {
     int64_t n_prompt = 128, n_gen = 128, runs = 3;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
-        if (k == "--model") dir = v;
-        else if (k == "--prompt-tokens") n_prompt = std::stoll(v);
-        else if (k == "--gen-tokens") n_gen = std::stoll(v);
-        else if (k == "--runs") runs = std::stoll(v);
-        else if (k == "--device") device = v;
+        if (k == "--model")
+            dir = v;
+        else if (k == "--prompt-tokens")
+            n_prompt = std::stoll(v);
+        else if (k == "--gen-tokens")
+            n_gen = std::stoll(v);
+        else if (k == "--runs")
+            runs = std::stoll(v);
+        else if (k == "--device")
+            device = v;
     }
     if (dir.empty() || n_prompt < 1 || n_gen < 1 || runs < 1) {
-        std::fprintf(stderr, "usage: bench_generate --model DIR [--prompt-tokens N] [--gen-tokens N] [--runs R] "
-                             "[--device cpu|cuda|auto]\n");
+        std::fprintf(stderr,
+                     "usage: bench_generate --model DIR [--prompt-tokens N] [--gen-tokens N] [--runs R] "
+                     "[--device cpu|cuda|auto]\n");
         return 2;
     }
     try {
@@ -76,7 +81,8 @@ int main(int argc, char** argv) {
         std::vector<double> pre, dec;
         for (int64_t r = 0; r < runs; ++r) {
             auto st = model->new_state(n_prompt + n_gen);
-            const GenerateStats s = generate(*model, *st, prompt, g, [](int32_t, std::span<const float>) { return true; });
+            const GenerateStats s =
+                generate(*model, *st, prompt, g, [](int32_t, std::span<const float>) { return true; });
             pre.push_back(static_cast<double>(s.prompt_tokens) / s.prompt_seconds);
             // The first token is sampled from the prefill's logits: decode steps = generated - 1.
             dec.push_back(static_cast<double>(s.generated_tokens - 1) / s.decode_seconds);

@@ -151,7 +151,8 @@ def main():
         make(name, cfg, dtype, seed, classic=name in CLASSIC)
     with open(os.path.join(OUT, "README.md"), "w") as f:
         f.write(README)
-    total = sum(os.path.getsize(os.path.join(OUT, v, n)) for v, _, _ in variants() for n in os.listdir(os.path.join(OUT, v)))
+    total = sum(os.path.getsize(os.path.join(OUT, v, n))
+                for v, _, _ in variants() for n in os.listdir(os.path.join(OUT, v)))
     print(f"total fixture bytes: {total}")
     return 0
 

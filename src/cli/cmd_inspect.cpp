@@ -22,9 +22,12 @@ std::string mib(size_t bytes) {
 
 std::string count(int64_t n) {
     char buf[32];
-    if (n >= 1000000000) std::snprintf(buf, sizeof buf, "%.2fB", static_cast<double>(n) / 1e9);
-    else if (n >= 1000000) std::snprintf(buf, sizeof buf, "%.2fM", static_cast<double>(n) / 1e6);
-    else std::snprintf(buf, sizeof buf, "%.1fK", static_cast<double>(n) / 1e3);
+    if (n >= 1000000000)
+        std::snprintf(buf, sizeof buf, "%.2fB", static_cast<double>(n) / 1e9);
+    else if (n >= 1000000)
+        std::snprintf(buf, sizeof buf, "%.2fM", static_cast<double>(n) / 1e6);
+    else
+        std::snprintf(buf, sizeof buf, "%.1fK", static_cast<double>(n) / 1e3);
     return buf;
 }
 
@@ -58,8 +61,8 @@ int inspect(const std::string& model_arg, const std::string& device) {
     std::printf("parameters:    %s (%lld)\n", count(i.n_params).c_str(), static_cast<long long>(i.n_params));
     std::printf("dtypes:        %s\n", dtypes.c_str());
     std::printf("bos / eos:     %d / %s\n", i.bos_token_id, eos.empty() ? "(none)" : eos.c_str());
-    std::printf("memory on %s: weights %s, KV per 1K tokens %s, fixed state per sequence %s\n", be->name().c_str(),
-                mib(i.weight_bytes).c_str(), mib(per_1k).c_str(), mib(fixed).c_str());
+    std::printf("memory on %s: weights %s, KV per 1K tokens %s, fixed state per sequence %s\n",
+                be->name().c_str(), mib(i.weight_bytes).c_str(), mib(per_1k).c_str(), mib(fixed).c_str());
     std::printf("one sequence at max context (%zu tokens): %s\n", max_ctx,
                 mib(i.weight_bytes + fixed + per_1k * max_ctx / 1024).c_str());
     return 0;
@@ -70,7 +73,8 @@ int inspect(const std::string& model_arg, const std::string& device) {
 Runner add_inspect_command(CLI::App& app) {
     auto model = std::make_shared<std::string>();
     auto device = std::make_shared<std::string>("cpu");
-    CLI::App* sub = app.add_subcommand("inspect", "Print a checkpoint's architecture, parameters, dtypes and memory");
+    CLI::App* sub =
+        app.add_subcommand("inspect", "Print a checkpoint's architecture, parameters, dtypes and memory");
     sub->add_option("--model", *model, "Checkpoint directory (default: the bundled demo model, models/demo)");
     sub->add_option("--device", *device, "Backend whose memory use is reported: cpu, cuda or auto")
         ->capture_default_str()

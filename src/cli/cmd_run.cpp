@@ -37,7 +37,8 @@ struct RunOptions {
 std::vector<int32_t> prompt_ids(const Tokenizer& tok, const RunOptions& o, int32_t model_bos) {
     std::string text = o.prompt;
     if (o.chat) {
-        if (tok.chat_template().empty()) throw Error(o.model + ": --chat given but the tokenizer has no chat template");
+        if (tok.chat_template().empty())
+            throw Error(o.model + ": --chat given but the tokenizer has no chat template");
         nlohmann::ordered_json ctx = {
             {"messages", nlohmann::ordered_json::array({{{"role", "user"}, {"content", o.prompt}}})},
             {"add_generation_prompt", true},
@@ -53,7 +54,8 @@ std::vector<int32_t> prompt_ids(const Tokenizer& tok, const RunOptions& o, int32
     // `--prompt ""` starts from BOS alone, also for tokenizers that do not add BOS to every prompt (Qwen).
     if (ids.empty() && tok.bos_id() >= 0) ids.push_back(tok.bos_id());
     if (ids.empty() && model_bos >= 0) ids.push_back(model_bos);
-    if (ids.empty()) throw Error("the prompt is empty and neither the tokenizer nor config.json has a BOS token");
+    if (ids.empty())
+        throw Error("the prompt is empty and neither the tokenizer nor config.json has a BOS token");
     return ids;
 }
 
@@ -108,8 +110,9 @@ int run(const RunOptions& o) {
     }
     std::fflush(stdout);
     auto rate = [](int64_t n, double s) { return s > 0 ? static_cast<double>(n) / s : 0.0; };
-    std::fprintf(stderr, "\nprompt: %lld tokens, %.3f s, %.1f tokens/s\n", static_cast<long long>(st.prompt_tokens),
-                 st.prompt_seconds, rate(st.prompt_tokens, st.prompt_seconds));
+    std::fprintf(stderr, "\nprompt: %lld tokens, %.3f s, %.1f tokens/s\n",
+                 static_cast<long long>(st.prompt_tokens), st.prompt_seconds,
+                 rate(st.prompt_tokens, st.prompt_seconds));
     std::fprintf(stderr, "generated: %lld tokens, %.3f s, %.1f tokens/s (finish: %s)\n",
                  static_cast<long long>(st.generated_tokens), st.decode_seconds,
                  rate(st.generated_tokens, st.decode_seconds), st.finish_reason.c_str());
@@ -120,20 +123,29 @@ int run(const RunOptions& o) {
 
 Runner add_run_command(CLI::App& app) {
     auto o = std::make_shared<RunOptions>();
-    CLI::App* sub = app.add_subcommand("run", "Generate text from a prompt (text on stdout, timings on stderr)");
-    sub->add_option("--model", o->model, "Checkpoint directory (default: the bundled demo model, models/demo)");
+    CLI::App* sub =
+        app.add_subcommand("run", "Generate text from a prompt (text on stdout, timings on stderr)");
+    sub->add_option("--model", o->model,
+                    "Checkpoint directory (default: the bundled demo model, models/demo)");
     sub->add_option("--prompt", o->prompt, "Prompt text; \"\" starts from BOS alone")->required();
-    sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate at most")->capture_default_str()
+    sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate at most")
+        ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
-    sub->add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str()
+    sub->add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)")
+        ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
-    sub->add_option("--top-p", o->top_p, "Nucleus sampling mass")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-    sub->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = all)")->capture_default_str()
+    sub->add_option("--top-p", o->top_p, "Nucleus sampling mass")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    sub->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = all)")
+        ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
     sub->add_option("--seed", o->seed, "Random seed (same seed, same output)")->check(CLI::NonNegativeNumber);
     sub->add_flag("--chat", o->chat, "Apply the model's chat template to the prompt (one user message)");
-    sub->add_flag("--output-ids", o->output_ids, "Print the generated token ids (one line) instead of the text");
-    sub->add_option("--device", o->device, "cpu, cuda or auto (CUDA when available)")->capture_default_str()
+    sub->add_flag("--output-ids", o->output_ids,
+                  "Print the generated token ids (one line) instead of the text");
+    sub->add_option("--device", o->device, "cpu, cuda or auto (CUDA when available)")
+        ->capture_default_str()
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
     return [o] { return run(*o); };
 }

@@ -14,8 +14,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-GenerateStats generate(Model& model, SequenceState& state, std::span<const int32_t> prompt,
-                       const GenerateOptions& opts, const TokenCallback& on_token) {
+GenerateStats generate(Model& model,
+                       SequenceState& state,
+                       std::span<const int32_t> prompt,
+                       const GenerateOptions& opts,
+                       const TokenCallback& on_token) {
     const int64_t n_prompt = static_cast<int64_t>(prompt.size());
     if (state.n_past >= n_prompt)
         throw Error("generate: the prompt (" + std::to_string(n_prompt) + " tokens) must extend the state (" +
@@ -44,14 +47,16 @@ GenerateStats generate(Model& model, SequenceState& state, std::span<const int32
     if (!opts.ignore_eos)
         stop_ids.insert(stop_ids.end(), model.info().eos_token_ids.begin(), model.info().eos_token_ids.end());
     std::vector<int32_t> history(prompt.begin(), prompt.end());
-    Sampler sampler(opts.sampling, vocab, n_prompt);  // penalties: presence/frequency count generated ids only
+    // prompt_len = n_prompt: presence/frequency penalties count generated ids only.
+    Sampler sampler(opts.sampling, vocab, n_prompt);
     std::vector<float> work(static_cast<size_t>(vocab));
     stats.finish_reason = "length";
     while (stats.generated_tokens < opts.max_tokens) {
         std::copy(logits.begin(), logits.begin() + vocab, work.begin());  // the sampler edits its input
         if (stats.generated_tokens < opts.min_tokens)
             for (int32_t id : stop_ids)
-                if (id >= 0 && id < vocab) work[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+                if (id >= 0 && id < vocab)
+                    work[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
         const int32_t id = sampler.sample(work.data(), history);
         history.push_back(id);
         ++stats.generated_tokens;

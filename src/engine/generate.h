@@ -16,10 +16,10 @@ namespace grimoire {
 struct GenerateOptions {
     int64_t max_tokens = 256;
     SamplingParams sampling;
-    bool ignore_eos = false;             // do not stop on the model's EOS ids (extra_stop_ids still stop)
-    int64_t min_tokens = 0;              // EOS and extra stop ids are masked until this many tokens exist
+    bool ignore_eos = false;              // do not stop on the model's EOS ids (extra_stop_ids still stop)
+    int64_t min_tokens = 0;               // EOS and extra stop ids are masked until this many tokens exist
     std::vector<int32_t> extra_stop_ids;  // stop ids besides ModelInfo::eos_token_ids (e.g. the tokenizer's)
-    int64_t prefill_chunk = 512;         // prompt tokens per forward (bounds scratch memory)
+    int64_t prefill_chunk = 512;          // prompt tokens per forward (bounds scratch memory)
 };
 
 struct GenerateStats {
@@ -36,7 +36,10 @@ using TokenCallback = std::function<bool(int32_t id, std::span<const float> logi
 
 // Runs prompt[state.n_past..] (tokens already in the state are not re-run; at least one must be new) and
 // generates. Generation also ends with "length" when the state's context is full.
-GenerateStats generate(Model& model, SequenceState& state, std::span<const int32_t> prompt,
-                       const GenerateOptions& opts, const TokenCallback& on_token);
+GenerateStats generate(Model& model,
+                       SequenceState& state,
+                       std::span<const int32_t> prompt,
+                       const GenerateOptions& opts,
+                       const TokenCallback& on_token);
 
 }  // namespace grimoire

@@ -63,8 +63,14 @@ AttentionWeights load_attention(WeightLoader& wl, const std::string& prefix, con
     return w;
 }
 
-void attention_forward(Backend& be, const AttentionWeights& w, const AttentionConfig& c, const Tensor& x,
-                       const Tensor& positions, LayerState& st, int64_t n_past, Tensor& out) {
+void attention_forward(Backend& be,
+                       const AttentionWeights& w,
+                       const AttentionConfig& c,
+                       const Tensor& x,
+                       const Tensor& positions,
+                       LayerState& st,
+                       int64_t n_past,
+                       Tensor& out) {
     const int64_t T = x.rows(), D = c.head_dim;
     const DType act = be.act_dtype();
     Tensor q = be.scratch(act, {T, c.n_heads * D});
@@ -73,7 +79,8 @@ void attention_forward(Backend& be, const AttentionWeights& w, const AttentionCo
     w.q->forward(be, x, q);
     w.k->forward(be, x, k);
     w.v->forward(be, x, v);
-    Tensor q3 = q.view({T, c.n_heads, D}), k3 = k.view({T, c.n_kv_heads, D}), v3 = v.view({T, c.n_kv_heads, D});
+    Tensor q3 = q.view({T, c.n_heads, D}), k3 = k.view({T, c.n_kv_heads, D}),
+           v3 = v.view({T, c.n_kv_heads, D});
     if (c.qk_norm) {
         // Qwen3 normalises each head's vector (over D) before RoPE.
         Tensor qr = q.view({T * c.n_heads, D}), kr = k.view({T * c.n_kv_heads, D});
@@ -90,7 +97,8 @@ void attention_forward(Backend& be, const AttentionWeights& w, const AttentionCo
 
 // ---- MLP ----
 
-MlpWeights load_mlp(WeightLoader& wl, const std::string& prefix, int64_t hidden, int64_t intermediate, bool bias) {
+MlpWeights load_mlp(
+    WeightLoader& wl, const std::string& prefix, int64_t hidden, int64_t intermediate, bool bias) {
     MlpWeights w;
     w.gate = wl.linear(prefix + ".gate_proj", hidden, intermediate, bias);
     w.up = wl.linear(prefix + ".up_proj", hidden, intermediate, bias);
@@ -110,8 +118,11 @@ void mlp_forward(Backend& be, const MlpWeights& w, const Tensor& x, Tensor& out)
 
 // ---- forward ends ----
 
-ForwardInputs begin_forward(Backend& be, const SequenceState& st, std::span<const int32_t> tokens,
-                            int64_t n_logits, const Tensor& embed) {
+ForwardInputs begin_forward(Backend& be,
+                            const SequenceState& st,
+                            std::span<const int32_t> tokens,
+                            int64_t n_logits,
+                            const Tensor& embed) {
     const int64_t T = static_cast<int64_t>(tokens.size()), vocab = embed.dim(0), n_past = st.n_past;
     GRIMOIRE_CHECK(T > 0 && n_logits >= 0 && n_logits <= T, "forward: bad token / logit counts");
     if (n_past + T > st.max_ctx())
@@ -119,8 +130,8 @@ ForwardInputs begin_forward(Backend& be, const SequenceState& st, std::span<cons
                     std::to_string(st.max_ctx()));
     for (int32_t id : tokens)
         if (id < 0 || id >= vocab)
-            throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) +
-                        ")");
+            throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                        std::to_string(vocab) + ")");
     be.reset_scratch();
     ForwardInputs in;
     Tensor ids = be.scratch(DType::I32, {T});
@@ -134,8 +145,14 @@ ForwardInputs begin_forward(Backend& be, const SequenceState& st, std::span<cons
     return in;
 }
 
-void final_logits(Backend& be, const Tensor& x, const Tensor& norm_w, float eps, NormKind kind,
-                  const Linear& lm_head, int64_t n_logits, std::vector<float>& logits) {
+void final_logits(Backend& be,
+                  const Tensor& x,
+                  const Tensor& norm_w,
+                  float eps,
+                  NormKind kind,
+                  const Linear& lm_head,
+                  int64_t n_logits,
+                  std::vector<float>& logits) {
     const int64_t V = lm_head.out_features();
     const DType act = be.act_dtype();
     logits.resize(static_cast<size_t>(n_logits * V));
@@ -160,8 +177,11 @@ void final_logits(Backend& be, const Tensor& x, const Tensor& norm_w, float eps,
 namespace {
 
 class DenseDecoder final : public Model {
-public:
-    DenseDecoder(Backend& be, const Checkpoint& ckpt, const QuantConfig& qc, const DenseDecoderConfig& c,
+  public:
+    DenseDecoder(Backend& be,
+                 const Checkpoint& ckpt,
+                 const QuantConfig& qc,
+                 const DenseDecoderConfig& c,
                  ModelInfo info)
         : c_(c) {
         be_ = &be;
@@ -192,13 +212,17 @@ public:
         auto st = std::make_unique<SequenceState>(*be_, max_ctx);
         st->layers.resize(layers_.size());
         for (auto& l : st->layers) {
-            l.k_cache = be_->alloc_persistent(be_->act_dtype(), {max_ctx, c_.attn.n_kv_heads, c_.attn.head_dim});
-            l.v_cache = be_->alloc_persistent(be_->act_dtype(), {max_ctx, c_.attn.n_kv_heads, c_.attn.head_dim});
+            l.k_cache =
+                be_->alloc_persistent(be_->act_dtype(), {max_ctx, c_.attn.n_kv_heads, c_.attn.head_dim});
+            l.v_cache =
+                be_->alloc_persistent(be_->act_dtype(), {max_ctx, c_.attn.n_kv_heads, c_.attn.head_dim});
         }
         return st;
     }
 
-    void forward(SequenceState& st, std::span<const int32_t> tokens, int64_t n_logits,
+    void forward(SequenceState& st,
+                 std::span<const int32_t> tokens,
+                 int64_t n_logits,
                  std::vector<float>& logits) override {
         Backend& be = *be_;
         const int64_t T = static_cast<int64_t>(tokens.size()), H = c_.attn.hidden, n_past = st.n_past;
@@ -220,7 +244,7 @@ public:
         final_logits(be, x, final_norm_, c_.attn.norm_eps, NormKind::PLAIN, *lm_head_, n_logits, logits);
     }
 
-private:
+  private:
     struct Layer {
         Tensor attn_norm, mlp_norm;  // [H] F32
         AttentionWeights attn;
@@ -235,8 +259,8 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Model> make_dense_decoder(Backend& be, const Checkpoint& ckpt, const QuantConfig& qc,
-                                          const DenseDecoderConfig& c, ModelInfo info) {
+std::unique_ptr<Model> make_dense_decoder(
+    Backend& be, const Checkpoint& ckpt, const QuantConfig& qc, const DenseDecoderConfig& c, ModelInfo info) {
     return std::make_unique<DenseDecoder>(be, ckpt, qc, c, std::move(info));
 }
 
@@ -247,7 +271,8 @@ void read_dense_decoder_config(const ConfigReader& cfg, DenseDecoderConfig& c) {
         cfg.unsupported("use_sliding_window", "sliding-window attention is not implemented");
     if (cfg.has("layer_types"))
         for (const auto& t : cfg.json()["layer_types"])
-            if (t != "full_attention") cfg.unsupported("layer_types", "only full_attention layers are implemented");
+            if (t != "full_attention")
+                cfg.unsupported("layer_types", "only full_attention layers are implemented");
 
     auto positive = [&](const char* key) {
         const auto v = cfg.get<int64_t>(key);
@@ -262,7 +287,8 @@ void read_dense_decoder_config(const ConfigReader& cfg, DenseDecoderConfig& c) {
     a.n_heads = positive("num_attention_heads");
     a.n_kv_heads = cfg.has("num_key_value_heads") ? positive("num_key_value_heads") : a.n_heads;
     if (a.n_heads % a.n_kv_heads != 0)
-        cfg.fail("num_key_value_heads", std::to_string(a.n_kv_heads) + " does not divide num_attention_heads " +
+        cfg.fail("num_key_value_heads", std::to_string(a.n_kv_heads) +
+                                            " does not divide num_attention_heads " +
                                             std::to_string(a.n_heads));
     if (cfg.has("head_dim")) {
         a.head_dim = positive("head_dim");

@@ -1,8 +1,8 @@
 // Shared building blocks for architectures (src/model/arch/*.cpp): a weight loader that checks names and
 // shapes, the dense attention block (GQA, optional q/k/v/o biases, optional per-head q/k RMSNorm, RoPE), the
 // SwiGLU MLP, and DenseDecoder, the whole Llama-family model (embedding -> N x [norm, attention, residual,
-// norm, MLP, residual] -> norm -> lm_head). Llama, Qwen2 and Qwen3 differ only in the options of these blocks,
-// so each arch file reads its config and fills a DenseDecoderConfig.
+// norm, MLP, residual] -> norm -> lm_head). Llama, Qwen2 and Qwen3 differ only in the options of these
+// blocks, so each arch file reads its config and fills a DenseDecoderConfig.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -21,7 +21,7 @@ namespace grimoire {
 // Uploads checkpoint tensors onto a backend, refusing missing tensors and wrong shapes with the file and
 // tensor named, and counting parameters and bytes into ModelInfo.
 class WeightLoader {
-public:
+  public:
     WeightLoader(Backend& be, const Checkpoint& ckpt, QuantConfig qc, ModelInfo& info)
         : be_(be), ckpt_(ckpt), qc_(std::move(qc)), info_(info) {}
 
@@ -37,7 +37,7 @@ public:
     Backend& backend() const { return be_; }
     const Checkpoint& checkpoint() const { return ckpt_; }
 
-private:
+  private:
     const TensorInfo& expect(const std::string& name, const std::vector<int64_t>& shape) const;
     void count(int64_t params, size_t bytes);
 
@@ -71,8 +71,14 @@ AttentionWeights load_attention(WeightLoader& wl, const std::string& prefix, con
 
 // out [T, H] = attention block of x [T, H] act at positions [T] I32 (device), appending to `st`'s caches
 // at rows n_past..n_past+T-1.
-void attention_forward(Backend& be, const AttentionWeights& w, const AttentionConfig& c, const Tensor& x,
-                       const Tensor& positions, LayerState& st, int64_t n_past, Tensor& out);
+void attention_forward(Backend& be,
+                       const AttentionWeights& w,
+                       const AttentionConfig& c,
+                       const Tensor& x,
+                       const Tensor& positions,
+                       LayerState& st,
+                       int64_t n_past,
+                       Tensor& out);
 
 // ---- MLP ----
 
@@ -81,7 +87,8 @@ struct MlpWeights {
 };
 
 // Loads `prefix`.{gate,up,down}_proj, e.g. prefix "model.layers.3.mlp".
-MlpWeights load_mlp(WeightLoader& wl, const std::string& prefix, int64_t hidden, int64_t intermediate, bool bias);
+MlpWeights load_mlp(
+    WeightLoader& wl, const std::string& prefix, int64_t hidden, int64_t intermediate, bool bias);
 
 // out [T, H] = down(silu(gate(x)) * up(x)); x [T, H] act.
 void mlp_forward(Backend& be, const MlpWeights& w, const Tensor& x, Tensor& out);
@@ -95,13 +102,22 @@ struct ForwardInputs {
 
 // Starts a forward of `tokens` at st.n_past: refuses a context overflow or an id outside [0, vocab) (Error),
 // resets the scratch arena, uploads ids and positions and embeds the tokens with `embed` [vocab, H].
-ForwardInputs begin_forward(Backend& be, const SequenceState& st, std::span<const int32_t> tokens,
-                            int64_t n_logits, const Tensor& embed);
+ForwardInputs begin_forward(Backend& be,
+                            const SequenceState& st,
+                            std::span<const int32_t> tokens,
+                            int64_t n_logits,
+                            const Tensor& embed);
 
 // The last n_logits rows of the residual stream x [T, H] act through the final norm and lm_head, into host
 // fp32 logits [n_logits, vocab] (resized; empty when n_logits is 0).
-void final_logits(Backend& be, const Tensor& x, const Tensor& norm_w, float eps, NormKind kind,
-                  const Linear& lm_head, int64_t n_logits, std::vector<float>& logits);
+void final_logits(Backend& be,
+                  const Tensor& x,
+                  const Tensor& norm_w,
+                  float eps,
+                  NormKind kind,
+                  const Linear& lm_head,
+                  int64_t n_logits,
+                  std::vector<float>& logits);
 
 // ---- the dense decoder (Llama, Qwen2, Qwen3) ----
 
@@ -115,9 +131,10 @@ struct DenseDecoderConfig {
     AttentionConfig attn;
 };
 
-// Builds the model from the checkpoint; `info` already holds the config-derived fields (architecture, eos...).
-std::unique_ptr<Model> make_dense_decoder(Backend& be, const Checkpoint& ckpt, const QuantConfig& qc,
-                                          const DenseDecoderConfig& c, ModelInfo info);
+// Builds the model from the checkpoint; `info` already holds the config-derived fields (architecture,
+// eos...).
+std::unique_ptr<Model> make_dense_decoder(
+    Backend& be, const Checkpoint& ckpt, const QuantConfig& qc, const DenseDecoderConfig& c, ModelInfo info);
 
 // Reads the fields every Llama-family config shares into `c` (sizes, heads, head_dim, eps, rope, tie),
 // refusing unsupported values (hidden_act other than silu, sliding windows) naming the key and value.

@@ -18,7 +18,8 @@ void merge_eos(const ConfigReader& cfg, std::vector<int32_t>& out) {
     if (!cfg.has("eos_token_id")) return;
     const auto& v = cfg.json()["eos_token_id"];
     auto add = [&](const nlohmann::json& x) {
-        if (!x.is_number_integer()) cfg.fail("eos_token_id", v.dump() + " is not an integer or a list of integers");
+        if (!x.is_number_integer())
+            cfg.fail("eos_token_id", v.dump() + " is not an integer or a list of integers");
         const auto id = x.get<int32_t>();
         if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
     };
@@ -51,8 +52,8 @@ std::unique_ptr<Model> load_model(const std::string& dir, Backend& be) {
     const std::string arch = architecture_name(root);
     const ArchEntry* entry = find_architecture(arch);
     if (!entry)
-        throw Error(root.file() + ": architectures[0]: \"" + arch + "\" is not supported (known: " +
-                    known_architectures() + ")");
+        throw Error(root.file() + ": architectures[0]: \"" + arch +
+                    "\" is not supported (known: " + known_architectures() + ")");
     // Multimodal wrappers (Qwen3.5, Llama 4...) keep the language model's fields in text_config.
     const std::optional<ConfigReader> text = root.opt_sub("text_config");
     const ConfigReader& cfg = text ? *text : root;

@@ -15,18 +15,18 @@ namespace grimoire {
 
 // Returns the Linear stored at `prefix` when the tensors there are in this probe's format, else nullptr.
 // Throws Error (naming the tensor and the reason) when the tensors are this format's but inconsistent.
-using LinearProbe = std::unique_ptr<Linear> (*)(Backend& be, const Checkpoint& ckpt, const std::string& prefix,
-                                                const QuantConfig& qc, bool allow_bias);
+using LinearProbe = std::unique_ptr<Linear> (*)(
+    Backend& be, const Checkpoint& ckpt, const std::string& prefix, const QuantConfig& qc, bool allow_bias);
 
 // The probes in the order load_linear() asks them.
 const std::vector<LinearProbe>& linear_format_probes();
 
 // Plain weights: `prefix.weight` [out, in] in BF16/F16/F32, optional `prefix.bias` [out].
-std::unique_ptr<Linear> probe_dense(Backend& be, const Checkpoint& ckpt, const std::string& prefix,
-                                    const QuantConfig& qc, bool allow_bias);
+std::unique_ptr<Linear> probe_dense(
+    Backend& be, const Checkpoint& ckpt, const std::string& prefix, const QuantConfig& qc, bool allow_bias);
 
-// A plain-weight Linear over an already uploaded weight [out, in] (e.g. the embedding table as a tied lm_head);
-// dequantize() reads it back from `be`. `bias` [out] F32 may be empty.
+// A plain-weight Linear over an already uploaded weight [out, in] (e.g. the embedding table as a tied
+// lm_head); dequantize() reads it back from `be`. `bias` [out] F32 may be empty.
 std::unique_ptr<Linear> make_dense_linear(const Backend& be, Tensor weight, Tensor bias);
 
 // The dtype a plain weight matrix is kept in on `be`: the checkpoint's own float dtype on a backend computing

@@ -12,10 +12,12 @@ namespace grimoire {
 
 namespace {
 
-bool is_plain_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+bool is_plain_float(DType t) {
+    return t == DType::F32 || t == DType::BF16 || t == DType::F16;
+}
 
 class DenseLinear final : public Linear {
-public:
+  public:
     // `be` may be null when `host_ref` holds the weight (make_dense_linear); dequantize() then returns it.
     DenseLinear(const Backend* be, Tensor w, Tensor bias, std::vector<float> host_ref)
         : be_(be), w_(w), bias_(bias), host_ref_(std::move(host_ref)) {
@@ -47,7 +49,7 @@ public:
     std::string format() const override { return std::string(dtype_name(w_.dtype)); }
     size_t weight_bytes() const override { return w_.nbytes() + (bias_.data ? bias_.nbytes() : 0); }
 
-private:
+  private:
     const Backend* be_;
     Tensor w_;                     // [out, in] F32/BF16/F16
     Tensor bias_;                  // [out] F32, or empty
@@ -81,8 +83,11 @@ DType dense_weight_dtype(const Backend& be, DType stored) {
     return be.act_dtype() == DType::F32 && is_plain_float(stored) ? stored : be.act_dtype();
 }
 
-std::unique_ptr<Linear> probe_dense(Backend& be, const Checkpoint& ckpt, const std::string& prefix,
-                                    const QuantConfig& /*qc*/, bool allow_bias) {
+std::unique_ptr<Linear> probe_dense(Backend& be,
+                                    const Checkpoint& ckpt,
+                                    const std::string& prefix,
+                                    const QuantConfig& /*qc*/,
+                                    bool allow_bias) {
     const TensorInfo* w = ckpt.find(prefix + ".weight");
     if (!w) return nullptr;
     if (w->shape.size() != 2)
@@ -95,7 +100,8 @@ std::unique_ptr<Linear> probe_dense(Backend& be, const Checkpoint& ckpt, const s
     Tensor bt;
     if (const TensorInfo* b = ckpt.find(prefix + ".bias")) {
         if (!allow_bias)
-            throw Error(b->file + ": tensor '" + b->name + "': this layer takes no bias (the config says so)");
+            throw Error(b->file + ": tensor '" + b->name +
+                        "': this layer takes no bias (the config says so)");
         if (b->shape != std::vector<int64_t>{w->shape[0]})
             throw Error(b->file + ": tensor '" + b->name + "': expected shape " + shape_str({w->shape[0]}) +
                         ", found " + shape_str(b->shape));
@@ -104,12 +110,12 @@ std::unique_ptr<Linear> probe_dense(Backend& be, const Checkpoint& ckpt, const s
     return std::make_unique<DenseLinear>(&be, wt, bt, std::vector<float>{});
 }
 
-std::unique_ptr<Linear> load_linear(Backend& be, const Checkpoint& ckpt, const std::string& prefix,
-                                    const QuantConfig& qc, bool allow_bias) {
+std::unique_ptr<Linear> load_linear(
+    Backend& be, const Checkpoint& ckpt, const std::string& prefix, const QuantConfig& qc, bool allow_bias) {
     for (LinearProbe probe : linear_format_probes())
         if (auto lin = probe(be, ckpt, prefix, qc, allow_bias)) return lin;
-    throw Error(ckpt.dir() + ": tensor '" + prefix + ".weight' not found (nor a quantized weight set under '" +
-                prefix + "')");
+    throw Error(ckpt.dir() + ": tensor '" + prefix +
+                ".weight' not found (nor a quantized weight set under '" + prefix + "')");
 }
 
 std::unique_ptr<Linear> make_dense_linear(Tensor weight, Tensor bias, std::vector<float> host_ref) {

@@ -1,6 +1,7 @@
-// generate(): stopping (EOS ids, extra stop ids, min_tokens, max_tokens, full context, cancellation), reuse of
-// a state across calls, seeded determinism, and the logits handed to the callback. Runs the tiny Llama fixture
-// on the CPU backend; expected tokens come from transformers (tests/fixtures/llama/reference.safetensors).
+// generate(): stopping (EOS ids, extra stop ids, min_tokens, max_tokens, full context, cancellation), reuse
+// of a state across calls, seeded determinism, and the logits handed to the callback. Runs the tiny Llama
+// fixture on the CPU backend; expected tokens come from transformers
+// (tests/fixtures/llama/reference.safetensors).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +15,7 @@ namespace grimoire {
 namespace {
 
 class Generate : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
         be = make_cpu_backend();
         model = load_model(test::model_fixture("llama"), *be);
@@ -22,8 +23,11 @@ protected:
         greedy.ignore_eos = true;
     }
     // Runs generate and collects the tokens.
-    GenerateStats run(SequenceState& st, std::span<const int32_t> prompt, const GenerateOptions& o,
-                      std::vector<int32_t>& out, int64_t cancel_after = -1) {
+    GenerateStats run(SequenceState& st,
+                      std::span<const int32_t> prompt,
+                      const GenerateOptions& o,
+                      std::vector<int32_t>& out,
+                      int64_t cancel_after = -1) {
         return generate(*model, st, prompt, o, [&](int32_t id, std::span<const float> logits) {
             EXPECT_EQ(static_cast<int64_t>(logits.size()), ref.vocab);
             out.push_back(id);
@@ -68,7 +72,8 @@ TEST_F(Generate, ModelEosStopsUnlessIgnored) {
     auto st = model->new_state(64);
     std::vector<int32_t> got;
     const GenerateStats s = run(*st, ref.prompts[0], greedy, got);
-    const auto hit = std::find_if(ref.greedy.begin(), ref.greedy.end(), [](int32_t t) { return t == 2 || t == 3; });
+    const auto hit =
+        std::find_if(ref.greedy.begin(), ref.greedy.end(), [](int32_t t) { return t == 2 || t == 3; });
     EXPECT_EQ(got, std::vector<int32_t>(ref.greedy.begin(), hit == ref.greedy.end() ? hit : hit + 1));
     EXPECT_EQ(s.finish_reason, hit == ref.greedy.end() ? "length" : "stop");
 }

@@ -14,7 +14,7 @@ namespace {
 using test::Reference;
 
 class FixtureModel : public ::testing::TestWithParam<std::string> {
-protected:
+  protected:
     void SetUp() override {
         be = make_cpu_backend();
         model = load_model(test::model_fixture(GetParam()), *be);
@@ -49,9 +49,9 @@ TEST_P(FixtureModel, LogitsMatchTransformersInOneForward) {
         ASSERT_EQ(logits.size(), ids.size() * static_cast<size_t>(ref.vocab));
         for (size_t r = 0; r < ref.positions[p].size(); ++r) {
             const int32_t pos = ref.positions[p][r];
-            test::expect_logits_near(logits.data() + pos * ref.vocab, ref.logits[p].data() + r * ref.vocab,
-                                     ref.vocab, GetParam() + " prompt " + std::to_string(p) + " position " +
-                                                    std::to_string(pos));
+            test::expect_logits_near(
+                logits.data() + pos * ref.vocab, ref.logits[p].data() + r * ref.vocab, ref.vocab,
+                GetParam() + " prompt " + std::to_string(p) + " position " + std::to_string(pos));
         }
     }
 }
@@ -65,12 +65,13 @@ TEST_P(FixtureModel, ChunkedPrefillMatchesThroughTheCache) {
     for (size_t c = 0; c + 1 < std::size(cuts); ++c) {
         const std::span<const int32_t> part(ids.data() + cuts[c], cuts[c + 1] - cuts[c]);
         model->forward(*st, part, static_cast<int64_t>(part.size()), logits);
-        std::copy(logits.begin(), logits.end(), all.begin() + static_cast<std::ptrdiff_t>(cuts[c] * ref.vocab));
+        std::copy(logits.begin(), logits.end(),
+                  all.begin() + static_cast<std::ptrdiff_t>(cuts[c] * ref.vocab));
     }
     for (size_t r = 0; r < ref.positions[2].size(); ++r) {
         const int32_t pos = ref.positions[2][r];
-        test::expect_logits_near(all.data() + pos * ref.vocab, ref.logits[2].data() + r * ref.vocab, ref.vocab,
-                                 GetParam() + " chunked, position " + std::to_string(pos));
+        test::expect_logits_near(all.data() + pos * ref.vocab, ref.logits[2].data() + r * ref.vocab,
+                                 ref.vocab, GetParam() + " chunked, position " + std::to_string(pos));
     }
 }
 

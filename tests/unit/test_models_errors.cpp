@@ -1,12 +1,11 @@
 // Bad checkpoints are refused with errors that name what is wrong: the directory, config key and value, or
 // file and tensor (with expected vs found shapes). Each case edits a copy of a good fixture.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
@@ -20,11 +19,10 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 class BadCheckpoint : public ::testing::Test {
-protected:
+  protected:
     void SetUp() override {
-        dir = fs::temp_directory_path() /
-              ("grimoire_models_" + std::to_string(::getpid()) + "_" +
-               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        dir = fs::temp_directory_path() / ("grimoire_models_" + std::to_string(::getpid()) + "_" +
+                                           ::testing::UnitTest::GetInstance()->current_test_info()->name());
         fs::remove_all(dir);
         be = make_cpu_backend();
     }
@@ -134,7 +132,11 @@ TEST_F(BadCheckpoint, WrongShapeNamesExpectedAndFound) {
 }
 
 TEST_F(BadCheckpoint, WrongNormShapeNamesFile) {
-    copy_fixture("qwen3", [](json& c) { c["head_dim"] = 16; c["num_attention_heads"] = 8; c["num_key_value_heads"] = 4; });
+    copy_fixture("qwen3", [](json& c) {
+        c["head_dim"] = 16;
+        c["num_attention_heads"] = 8;
+        c["num_key_value_heads"] = 4;
+    });
     const std::string m = load_error();
     EXPECT_HAS(m, "model.safetensors");
     EXPECT_HAS(m, "q_norm.weight");

@@ -1,23 +1,26 @@
 // Helpers for the model tests: the fixtures under tests/fixtures/{llama,llama3_tied,qwen2,qwen3}/ made by
-// tools/make_fixtures.py, and their reference.safetensors (prompts, transformers' fp32 logits, greedy tokens).
+// tools/make_fixtures.py, and their reference.safetensors (prompts, transformers' fp32 logits, greedy
+// tokens).
 #pragma once
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cstdint>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "io/safetensors.h"
 #include "../test_util.h"
+#include "io/safetensors.h"
 
 namespace grimoire::test {
 
-inline std::string model_fixture(const std::string& name) { return fixtures_dir() + "/" + name; }
+inline std::string model_fixture(const std::string& name) {
+    return fixtures_dir() + "/" + name;
+}
 
 struct Reference {
     std::vector<std::vector<int32_t>> prompts;    // prompt_i

@@ -1,6 +1,7 @@
 // LlamaForCausalLM (Llama 2 / 3.x and the many checkpoints in its layout): RMSNorm, GQA attention with RoPE
 // (rope_scaling default / linear / llama3 / yarn, via make_rope_params), SwiGLU MLP, lm_head tied or not.
-// Optional biases: attention_bias puts a bias on q/k/v/o_proj, mlp_bias on gate/up/down_proj (as transformers).
+// Optional biases: attention_bias puts a bias on q/k/v/o_proj, mlp_bias on gate/up/down_proj (as
+// transformers).
 #include "model/arch/registry.h"
 #include "model/layers.h"
 

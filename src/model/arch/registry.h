@@ -1,6 +1,6 @@
-// The architectures grimoire can load, keyed by config.json's `architectures[0]`. An explicit table of factory
-// functions (registry.cpp), not static-initialiser registration: the library is static, so self-registering
-// objects in unreferenced translation units would be dropped by the linker.
+// The architectures grimoire can load, keyed by config.json's `architectures[0]`. An explicit table of
+// factory functions (registry.cpp), not static-initialiser registration: the library is static, so
+// self-registering objects in unreferenced translation units would be dropped by the linker.
 #pragma once
 #include <memory>
 #include <string>
