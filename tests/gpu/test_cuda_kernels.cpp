@@ -200,7 +200,7 @@ TEST(CudaKernels, AttentionPrefillAndDecodeGqa) {
 
 TEST(CudaKernels, AttentionDecodeLongContextSplits) {
     GRIMOIRE_REQUIRE_GPU();
-    // Lengths around the split boundaries (256 rows per split, at most 64 splits): 1, 2, 16 and 64 splits.
+    // Lengths around the split boundaries (>= 128 rows per split, at most 128 splits): 2, 3, 32 and 128 splits.
     for (int64_t n_past : {200, 300, 4095, 20000}) attention_case(DType::BF16, 24, 4, 256, n_past, 1, kRtolBf16);
 }
 

@@ -83,10 +83,23 @@ static __global__ void __launch_bounds__(32 * kWarps) decode_split_kernel(Decode
     }
     const CT* kc = static_cast<const CT*>(p.k_cache) + kvh * D + lane * EPL;
     const CT* vc = static_cast<const CT*>(p.v_cache) + kvh * D + lane * EPL;
+    // One row of prefetch: the next row's loads are in flight while this one is scored.
+    float kn[EPL], vn[EPL];
+    if (k0 + warp < k1) {
+        load_row<EPL>(kc + (k0 + warp) * row, kn);
+        load_row<EPL>(vc + (k0 + warp) * row, vn);
+    }
     for (int64_t j = k0 + warp; j < k1; j += kWarps) {
         float kr[EPL], vr[EPL];
-        load_row<EPL>(kc + j * row, kr);
-        load_row<EPL>(vc + j * row, vr);
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) {
+            kr[e] = kn[e];
+            vr[e] = vn[e];
+        }
+        if (j + kWarps < k1) {
+            load_row<EPL>(kc + (j + kWarps) * row, kn);
+            load_row<EPL>(vc + (j + kWarps) * row, vn);
+        }
 #pragma unroll
         for (int g = 0; g < kMaxG; ++g) {
             if (g < G) {

@@ -1,0 +1,128 @@
+// Per-kernel timings of the CUDA backend at Qwen3.5-27B shapes, to attribute a prefill or decode step:
+//   bench_cuda_kernels [--tokens 4096]
+// Each op runs through CudaBackend (graphs off, so every call launches directly) 2 times untimed and 5 timed
+// with CUDA events; prints milliseconds per call and, for memory-bound ops, GB/s.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+
+using namespace grimoire;
+
+namespace {
+
+double time_ms(CudaBackend& be, const std::function<void()>& f) {
+    for (int i = 0; i < 2; ++i) f();
+    be.synchronize();
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventRecord(a, be.stream());
+    const int reps = 5;
+    for (int i = 0; i < reps; ++i) f();
+    cudaEventRecord(b, be.stream());
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    return ms / reps;
+}
+
+void report(const char* what, double ms, double bytes, double flops) {
+    std::printf("%-44s %9.3f ms", what, ms);
+    if (bytes > 0) std::printf("  %7.0f GB/s", bytes / (ms * 1e-3) / 1e9);
+    if (flops > 0) std::printf("  %7.1f TFLOP/s", flops / (ms * 1e-3) / 1e12);
+    std::printf("\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int64_t T = 4096;
+    for (int i = 1; i + 1 < argc; ++i)
+        if (std::string(argv[i]) == "--tokens") T = std::stoll(argv[++i]);
+    try {
+        CudaBackend be(0, DType::BF16);
+        be.set_graphs(false);
+        be.set_random_weights(1);
+        const int64_t H = 5120, I = 17408, Hq = 24, Hkv = 4, D = 256, Hk = 16, Hv = 48, dk = 128, dv = 128;
+        const int64_t C = 2 * Hk * dk + Hv * dv;
+        auto W = [&](int64_t n, int64_t k) {
+            TensorInfo ti;
+            ti.name = "w";
+            ti.dtype = DType::BF16;
+            ti.shape = {n, k};
+            return be.upload(ti, DType::BF16);
+        };
+        auto S = [&](std::initializer_list<int64_t> s, DType dt = DType::BF16) { return be.alloc_persistent(dt, s); };
+        std::printf("T = %lld\n", static_cast<long long>(T));
+        Tensor x = S({T, H}), y = S({T, H}), g = S({T, I}), u = S({T, I});
+        Tensor wn = S({H}, DType::F32);
+        Tensor wgate = W(I, H), wdown = W(H, I), wqkv = W(C, H), wq = W(2 * Hq * D, H);
+        report("matmul gate_proj [T,5120]x[17408,5120]", time_ms(be, [&] { be.matmul(x, wgate, g); }), 0, 2.0 * T * I * H);
+        report("matmul down_proj [T,17408]x[5120,17408]", time_ms(be, [&] { be.matmul(g, wdown, x); }), 0, 2.0 * T * I * H);
+        Tensor mixed = S({T, C});
+        report("matmul in_proj_qkv [T,5120]x[10240,5120]", time_ms(be, [&] { be.matmul(x, wqkv, mixed); }), 0, 2.0 * T * C * H);
+        report("rmsnorm [T,5120]", time_ms(be, [&] { be.rmsnorm(x, wn, 1e-6f, NormKind::PLUS_ONE, y); }), 4.0 * T * H, 0);
+        report("add [T,5120]", time_ms(be, [&] { be.add(x, y, x); }), 6.0 * T * H, 0);
+        report("silu_mul [T,17408]", time_ms(be, [&] { be.silu_mul(g, u, g); }), 6.0 * T * I, 0);
+        Tensor conv = S({T, C}), cst = S({3, C}), cw = S({C, 4}, DType::F32);
+        report("conv1d_silu [T,10240]", time_ms(be, [&] { be.conv1d_silu(mixed, cw, cst, conv); }), 4.0 * T * C, 0);
+        Tensor q = S({T, Hk * dk}), k = S({T, Hk * dk}), v = S({T, Hv * dv});
+        report("copy_cols q [T,2048] of [T,10240]", time_ms(be, [&] { be.copy_cols(conv, 0, q); }), 4.0 * T * Hk * dk, 0);
+        Tensor a = S({T, Hv}), b = S({T, Hv}), Al = S({Hv}, DType::F32), dtb = S({Hv}, DType::F32);
+        Tensor st = S({Hv, dk, dv}, DType::F32), o = S({T, Hv, dv});
+        report("gated_delta_rule (chunked if T>=64)", time_ms(be, [&] {
+                   be.reset_scratch();
+                   Tensor q3 = q.view({T, Hk, dk}), k3 = k.view({T, Hk, dk}), v3 = v.view({T, Hv, dv});
+                   be.gated_delta_rule(q3, k3, v3, a, b, Al, dtb, st, o);
+               }), 0, 0);
+        Tensor z = S({T * Hv, dv}), wg = S({dv}, DType::F32), on = S({T * Hv, dv});
+        report("rmsnorm_gated [T*48,128]", time_ms(be, [&] { be.rmsnorm_gated(o.view({T * Hv, dv}), z, wg, 1e-6f, on); }), 8.0 * T * Hv * dv, 0);
+        Tensor qg = S({T, 2 * Hq * D});
+        report("matmul q_proj [T,5120]x[12288,5120]", time_ms(be, [&] { be.matmul(x, wq, qg); }), 0, 2.0 * T * 2 * Hq * D * H);
+        Tensor qa = S({T * Hq, D}), ka = S({T, Hkv, D}), va = S({T, Hkv, D}), att = S({T, Hq, D});
+        report("copy_cols query [T*24,256] of [T*24,512]", time_ms(be, [&] { be.copy_cols(qg.view({T * Hq, 2 * D}), 0, qa); }), 4.0 * T * Hq * D, 0);
+        Tensor wqn = S({D}, DType::F32);
+        report("rmsnorm q_norm [T*24,256]", time_ms(be, [&] { be.rmsnorm(qa, wqn, 1e-6f, NormKind::PLUS_ONE, qa); }), 4.0 * T * Hq * D, 0);
+        RopeParams rp;
+        rp.rot_dim = 64;
+        for (int i = 0; i < 32; ++i) rp.inv_freq.push_back(std::pow(1e7f, -i / 32.0f));
+        std::vector<int32_t> pos(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+        Tensor pg = be.upload_raw(pos.data(), DType::I32, {T});
+        Tensor q3 = qa.view({T, Hq, D});
+        report("rope q [T,24,256]", time_ms(be, [&] { be.rope(q3, pg, rp); }), 0, 0);
+        Tensor kc = S({T + 8, Hkv, D}), vc = S({T + 8, Hkv, D});
+        report("attention prefill (causal, n_past 0)", time_ms(be, [&] { be.attention(q3, ka, va, kc, vc, 0, 0.0625f, att); }), 0,
+               4.0 * Hq * D * (static_cast<double>(T) * T / 2));
+        report("mul_sigmoid [T,6144]", time_ms(be, [&] { be.mul_sigmoid(att, att); }), 6.0 * T * Hq * D, 0);
+        // decode-shaped
+        Tensor x1 = S({1, H}), g1 = S({1, I}), l1 = S({1, 248320});
+        Tensor wlm = W(248320, H);
+        report("gemv gate_proj T=1", time_ms(be, [&] { be.matmul(x1, wgate, g1); }), 2.0 * I * H, 0);
+        report("gemv down_proj T=1", time_ms(be, [&] { be.matmul(g1, wdown, x1); }), 2.0 * I * H, 0);
+        report("gemv lm_head T=1", time_ms(be, [&] { be.matmul(x1, wlm, l1); }), 2.0 * 248320 * H, 0);
+        Tensor x1b = S({1, H});
+        report("add T=1 [1,5120] (launch floor)", time_ms(be, [&] { be.add(x1, x1b, x1); }), 0, 0);
+        Tensor st1 = S({Hv, dk, dv}, DType::F32);
+        Tensor q1 = S({1, Hk, dk}), k1 = S({1, Hk, dk}), v1 = S({1, Hv, dv}), a1 = S({1, Hv}), b1 = S({1, Hv}), o1 = S({1, Hv, dv});
+        report("gated_delta_rule T=1", time_ms(be, [&] { be.gated_delta_rule(q1, k1, v1, a1, b1, Al, dtb, st1, o1); }),
+               2.0 * Hv * dk * dv * 4, 0);
+        Tensor kcl = S({32768 + 8, Hkv, D}), vcl = S({32768 + 8, Hkv, D});
+        Tensor qd = S({1, Hq, D}), kd = S({1, Hkv, D}), vd = S({1, Hkv, D}), od = S({1, Hq, D});
+        for (int64_t n : {int64_t{0}, int64_t{4096}, int64_t{32768}})
+            report(("attention decode n_past " + std::to_string(n)).c_str(),
+                   time_ms(be, [&] { be.attention(qd, kd, vd, kcl, vcl, n, 0.0625f, od); }),
+                   2.0 * static_cast<double>(n + 1) * Hkv * D * 2, 0);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_cuda_kernels: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
