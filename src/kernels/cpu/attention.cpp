@@ -51,7 +51,7 @@ void attention(const float* q, const float* k, const float* v, float* k_cache, f
             float* o = out + (t * Hq + h) * D;
             for (int64_t d = 0; d < D; ++d) o[d] = acc[static_cast<size_t>(d)] * inv;
         }
-    });
+    }, std::max<int64_t>(1, (int64_t{1} << 15) / ((n_past + T) * D)));  // >= ~32k MACs per chunk
 }
 
 }  // namespace grimoire::cpu

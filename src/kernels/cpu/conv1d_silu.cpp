@@ -1,5 +1,6 @@
 // Depthwise causal conv1d + SiLU (Qwen3.5 GDN). Input row r < 0 comes from the carried state, whose last
 // row is the token just before this call; tap K-1 multiplies the current token.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -24,7 +25,7 @@ void conv1d_silu(const float* x, const float* w, float* state, int64_t T, int64_
             // The new state is the last K-1 input rows (pre-conv), state rows included when T < K-1.
             for (int64_t r = 0; r < S; ++r) state[r * C + c] = hist[static_cast<size_t>(T + r)];
         }
-    }, 64);
+    }, std::max<int64_t>(64, (int64_t{1} << 16) / std::max<int64_t>(1, T * K)));  // >= ~64k MACs per chunk
 }
 
 }  // namespace grimoire::cpu

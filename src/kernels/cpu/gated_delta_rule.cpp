@@ -1,5 +1,6 @@
 // Gated DeltaNet, recurrent form: exact token-by-token reference for the chunked kernels
 // (models-and-formats.md §1.4 steps 4-7). Value heads are independent, so they run in parallel.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -62,7 +63,7 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
                 }
             }
         }
-    });
+    }, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, s.T * dk * dv)));  // >= ~64k MACs per chunk
 }
 
 }  // namespace grimoire::cpu

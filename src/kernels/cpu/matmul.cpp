@@ -158,9 +158,12 @@ void matmul(const float* x, const void* w, DType w_dtype, int64_t T, int64_t K, 
     // streams past it once per block.
     for (int64_t t0 = 0; t0 < T; t0 += kDotMaxT) {
         const int64_t tb = std::min(kDotMaxT, T - t0);
+        // Each chunk gets >= 2^17 multiply-adds: waking a worker costs microseconds (far more on an
+        // oversubscribed machine), so the small matmuls of a small model stay on the calling thread.
+        const int64_t grain = std::max<int64_t>(16, (int64_t{1} << 17) / std::max<int64_t>(1, K * tb));
         parallel_for(N, [&](int64_t n0, int64_t n1) {
             dot_rows(x + t0 * K, w, w_dtype, tb, K, N, n0, n1, out + t0 * N);
-        }, 16);
+        }, grain);
     }
 }
 

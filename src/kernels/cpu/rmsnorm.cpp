@@ -1,5 +1,6 @@
 // RMSNorm over the last dimension; the sum of squares is accumulated in double so the oracle's
 // error does not grow with D.
+#include <algorithm>
 #include <cmath>
 
 #include "core/threadpool.h"
@@ -18,7 +19,7 @@ void rmsnorm(const float* x, const float* w, int64_t R, int64_t D, float eps, No
             const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(D) + eps));
             for (int64_t i = 0; i < D; ++i) yr[i] = xr[i] * inv * (w[i] + add_one);
         }
-    }, 16);
+    }, std::max<int64_t>(16, (int64_t{1} << 15) / std::max<int64_t>(1, D)));
 }
 
 }  // namespace grimoire::cpu

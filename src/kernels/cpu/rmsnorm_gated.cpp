@@ -1,5 +1,6 @@
 // Qwen3.5 GDN output norm: normalise x (no +1 on the weight), then gate with silu(z). The norm comes
 // before the gate (models-and-formats.md §1.4 variant 2).
+#include <algorithm>
 #include <cmath>
 
 #include "core/threadpool.h"
@@ -21,7 +22,7 @@ void rmsnorm_gated(const float* x, const float* z, const float* w, int64_t R, in
                 yr[i] = w[i] * (xr[i] * inv) * silu;
             }
         }
-    }, 16);
+    }, std::max<int64_t>(16, (int64_t{1} << 14) / std::max<int64_t>(1, D)));
 }
 
 }  // namespace grimoire::cpu
