@@ -10,6 +10,7 @@ if(CMAKE_SCRIPT_MODE_FILE)
   #              FIXTURE, WORK].
   #              Must exit non-zero with REGEX on stderr and nothing on stdout.
   # MODE ok:     GRIMOIRE, MODEL, REGEX. `inspect` must exit 0 with REGEX on stdout.
+  # MODE chat:   GRIMOIRE, MODEL, PROMPT, REGEX. `run --chat` must exit 0 with REGEX on stderr.
   # MODE ids:    GRIMOIRE, MODEL, EXPECTED_IDS. Greedy `run --output-ids` from BOS must print exactly that line.
   if(SETUP STREQUAL "bad_json")
     file(REMOVE_RECURSE ${WORK})
@@ -55,6 +56,13 @@ if(CMAKE_SCRIPT_MODE_FILE)
                     OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
     if(NOT rc EQUAL 0 OR NOT out MATCHES "${REGEX}")
       message(FATAL_ERROR "inspect (${rc}) output does not match '${REGEX}':\n${out}\n${err}")
+    endif()
+  elseif(MODE STREQUAL "chat")
+    execute_process(COMMAND ${GRIMOIRE} run --model ${MODEL} --chat --prompt "${PROMPT}" --max-tokens 1
+                            --temperature 0 --device cpu
+                    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0 OR NOT err MATCHES "${REGEX}")
+      message(FATAL_ERROR "run --chat (${rc}): stderr does not match '${REGEX}':\n${err}")
     endif()
   elseif(MODE STREQUAL "ids")
     list(LENGTH EXPECTED_IDS n)
@@ -110,3 +118,8 @@ add_test(NAME models_cli_inspect
          COMMAND ${CMAKE_COMMAND} -DMODE=ok -DMODEL=${CMAKE_SOURCE_DIR}/tests/fixtures/qwen3
                  "-DREGEX=Qwen3ForCausalLM.*parameters: +[0-9.]+K \\(164288\\).*BF16"
                  -DGRIMOIRE=$<TARGET_FILE:grimoire> -P ${CMAKE_CURRENT_LIST_FILE})
+# --chat renders the demo model's ChatML template: transformers' apply_chat_template([{user: "Hello there"}],
+# add_generation_prompt=True) on models/demo gives 19 ids (incl. the empty think block), so must we.
+add_test(NAME models_cli_chat_demo
+         COMMAND ${CMAKE_COMMAND} -DMODE=chat -DGRIMOIRE=$<TARGET_FILE:grimoire> -DMODEL=${CMAKE_SOURCE_DIR}/models/demo
+                 "-DPROMPT=Hello there" "-DREGEX=prompt: 19 tokens" -P ${CMAKE_CURRENT_LIST_FILE})
