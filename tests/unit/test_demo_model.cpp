@@ -1,0 +1,144 @@
+// The bundled demo model (models/demo, trained by tools/train_demo/) on the CPU backend against transformers:
+// tests/fixtures/demo/reference.safetensors, made by tools/train_demo/make_demo_fixture.py from the committed
+// checkpoint (fp32 compute on the stored BF16 weights). Checks the tokenizer and chat template on the fixture's
+// texts, logits of three prompts (a sentence, a ChatML conversation, a 150-token held-out paragraph crossing the
+// 64-token DeltaNet chunks), 24 greedy tokens, and that every tensor including the MTP head is loaded.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "io/safetensors.h"
+#include "model/hybrid_layers.h"
+#include "model/model.h"
+#include "../test_util.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace grimoire {
+namespace {
+
+std::string demo_dir() { return test::source_dir() + "/models/demo"; }
+
+struct DemoRef {
+    SafetensorsFile file{test::fixtures_dir() + "/demo/reference.safetensors"};
+    std::vector<int32_t> ids(const std::string& n) const {
+        const TensorInfo& t = file.tensors().at(n);
+        std::vector<int32_t> v(static_cast<size_t>(t.numel()));
+        std::memcpy(v.data(), t.data, t.nbytes);
+        return v;
+    }
+    std::vector<float> f32(const std::string& n) const { return file.tensors().at(n).to_f32(); }
+    std::string text(int i) const { return file.metadata().at("text_" + std::to_string(i)); }
+};
+
+// fp32 against transformers' fp32 on the same BF16-exact weights: only summation order differs. Nine layers of
+// K <= 768 sums and a 150-token DeltaNet state give ~1e-5 relative; 2e-4 * max|logit| + 2e-4 keeps a wide margin
+// while a real bug (a (1+w) norm read as w, a swapped gate half, a wrong head group or conv tap) moves the
+// logits of a trained model by O(1).
+void expect_close(const float* got, const float* want, int64_t n, const std::string& what) {
+    double maxref = 0, maxdiff = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        maxref = std::max(maxref, std::abs(double(want[i])));
+        maxdiff = std::max(maxdiff, std::abs(double(got[i]) - double(want[i])));
+    }
+    EXPECT_LE(maxdiff, 2e-4 * maxref + 2e-4) << what << ": max |diff| " << maxdiff << ", max |logit| " << maxref;
+}
+
+class DemoModel : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        be_ = make_cpu_backend().release();
+        model_ = load_model(demo_dir(), *be_).release();
+    }
+    static void TearDownTestSuite() {
+        delete model_;
+        delete be_;
+    }
+    static Backend* be_;
+    static Model* model_;
+    DemoRef ref_;
+};
+Backend* DemoModel::be_ = nullptr;
+Model* DemoModel::model_ = nullptr;
+
+TEST_F(DemoModel, LoadsEveryTensorWithTheMtpHead) {
+    const ModelInfo& info = model_->info();
+    EXPECT_EQ(info.architecture, "Qwen3_5ForConditionalGeneration");
+    EXPECT_EQ(info.vocab_size, 8192);
+    EXPECT_EQ(info.hidden_size, 256);
+    EXPECT_EQ(info.num_layers, 8);
+    const Checkpoint ckpt(demo_dir());
+    int64_t want = 0;
+    for (const auto& [name, t] : ckpt.all()) want += t->numel();
+    EXPECT_EQ(want, 12810928);  // the count TRAINING.md reports, MTP head included
+    EXPECT_EQ(info.n_params, want);
+    const MtpWeights* mtp = hybrid_mtp_weights(*model_);
+    ASSERT_NE(mtp, nullptr);
+    EXPECT_EQ(mtp->layers.size(), 1u);
+    EXPECT_EQ(mtp->fc->in_features(), 512);
+}
+
+TEST_F(DemoModel, TokenizerAndChatTemplateMatchTransformers) {
+    auto tok = Tokenizer::load(demo_dir());
+    EXPECT_EQ(tok->vocab_size(), 8192);
+    EXPECT_EQ(tok->token_to_id("<|endoftext|>"), 8185);
+    EXPECT_EQ(tok->token_to_id("<|im_end|>"), 8187);
+    EXPECT_EQ(tok->token_to_id("</tool_call>"), 8191);
+    for (int i = 0; i < 3; ++i) {
+        const auto want = ref_.ids("prompt_" + std::to_string(i));
+        EXPECT_EQ(tok->encode(ref_.text(i)), want) << "text_" << i;
+        EXPECT_EQ(tok->decode(want), ref_.text(i)) << "text_" << i;
+    }
+    // text_1 is the chat template of the fixture script rendered by transformers.
+    const ChatTemplate tmpl(tok->chat_template());
+    nlohmann::ordered_json ctx;
+    ctx["messages"] = nlohmann::ordered_json::array(
+        {{{"role", "system"}, {"content", "You are a storyteller."}},
+         {{"role", "user"}, {"content", "Tell me about the old house by the river."}}});
+    ctx["add_generation_prompt"] = true;
+    EXPECT_EQ(tmpl.render(ctx), ref_.text(1));
+}
+
+TEST_F(DemoModel, LogitsMatchTransformers) {
+    const int64_t V = model_->info().vocab_size;
+    for (int i = 0; i < 3; ++i) {
+        const std::string s = std::to_string(i);
+        const auto prompt = ref_.ids("prompt_" + s);
+        const auto rows = ref_.ids("positions_" + s);
+        const auto want = ref_.f32("logits_" + s);
+        auto st = model_->new_state(256);
+        std::vector<float> got;
+        const auto n = static_cast<int64_t>(prompt.size());
+        model_->forward(*st, prompt, n, got);
+        ASSERT_EQ(static_cast<int64_t>(got.size()), n * V);
+        for (size_t r = 0; r < rows.size(); ++r)
+            expect_close(&got[rows[r] * V], &want[r * V], V,
+                         "prompt " + s + " position " + std::to_string(rows[r]));
+    }
+}
+
+TEST_F(DemoModel, GreedyTokensMatchTransformers) {
+    const int64_t V = model_->info().vocab_size;
+    const auto want = ref_.ids("greedy");
+    auto st = model_->new_state(256);
+    std::vector<float> logits;
+    model_->forward(*st, ref_.ids("prompt_0"), 1, logits);
+    std::vector<int32_t> got;
+    for (size_t i = 0; i < want.size(); ++i) {
+        got.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + V) - logits.begin()));
+        const int32_t next = got.back();
+        model_->forward(*st, std::span<const int32_t>(&next, 1), 1, logits);
+    }
+    EXPECT_EQ(got, want) << "smallest top-1/top-2 gap in the reference run: "
+                         << ref_.file.metadata().at("greedy_min_margin");
+}
+
+}  // namespace
+}  // namespace grimoire
