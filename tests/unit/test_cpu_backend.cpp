@@ -27,6 +27,18 @@ TEST(CpuBackend, FactoryAndIdentity) {
     EXPECT_NE(be->name().find("cpu"), std::string::npos);
     EXPECT_TRUE(make_backend("auto"));
     EXPECT_THROW(make_backend("tpu"), Error);
+#ifndef GRIMOIRE_HAVE_CUDA
+    std::string why;
+    EXPECT_EQ(make_cuda_backend(&why), nullptr);
+    EXPECT_NE(why.find("CUDA"), std::string::npos) << why;
+    EXPECT_EQ(make_backend("auto")->device(), Device::CPU);
+    try {
+        make_backend("cuda");
+        FAIL() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("backend 'cuda' is not available"), std::string::npos) << e.what();
+    }
+#endif
 }
 
 TEST(CpuBackend, UploadConvertsAndCountsWeights) {
