@@ -135,7 +135,7 @@ void gated_delta_chunked(const float* q, const float* k, const float* v, const f
     GRIMOIRE_CHECK(chunk > 0, "gated_delta_chunked: chunk must be positive");
     const int64_t group = s.Hv / s.Hk;
     parallel_for(s.Hv, [&](int64_t h0, int64_t h1) {
-        FlushDenormals ftz;
+        [[maybe_unused]] FlushDenormals ftz;  // an empty type where there is no SSE
         ChunkWork w(chunk, s.dk, s.dv);
         for (int64_t h = h0; h < h1; ++h) {
             float* S = state + h * s.dk * s.dv;
