@@ -305,12 +305,17 @@ TEST(TokenizerVocabMerges, ByteLevelFromVocabAndMerges) {
     vocab["Ġhi"] = next++;
     const std::string dir = make_dir("vm", {{"vocab.json", vocab.dump()}, {"merges.txt", "#version: 0.2\nĠ h\nĠh i\n"},
                                             {"tokenizer_config.json", R"({"added_tokens_decoder": {"300": {
-        "content": "<x>", "special": true, "lstrip": false, "rstrip": false, "normalized": false}}})"}});
+        "content": "<x>", "special": true, "lstrip": false, "rstrip": false, "normalized": false}, "301": {
+        "content": "<m>", "special": false, "lstrip": true, "rstrip": true, "normalized": false}}})"}});
     const auto tok = Tokenizer::load(dir);
     EXPECT_EQ(tok->encode(" hi<x>"), ids({257, 300}));
     EXPECT_EQ(tok->encode("<x>", false).size(), 3u);
     EXPECT_EQ(tok->decode(ids({257, 300}), true), " hi");
-    EXPECT_EQ(tok->vocab_size(), 301);
+    EXPECT_EQ(tok->vocab_size(), 302);
+    // lstrip / rstrip: <m> swallows the whitespace on both sides; <x> keeps it.
+    EXPECT_EQ(tok->encode(" hi <m>  hi"), ids({257, 301, 'h', 'i'}));
+    EXPECT_EQ(tok->encode(" hi <x> hi"), ids({257, ' ', 300, 257}));
+    EXPECT_EQ(tok->decode(ids({257, 301, 'h', 'i'})), " hi<m>hi");
     fs::remove_all(dir);
 }
 
