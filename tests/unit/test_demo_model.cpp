@@ -6,8 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,6 +17,7 @@
 #include "model/hybrid_layers.h"
 #include "model/model.h"
 #include "../test_util.h"
+#include "test_models_util.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,29 +26,9 @@ namespace {
 
 std::string demo_dir() { return test::source_dir() + "/models/demo"; }
 
-struct DemoRef {
-    SafetensorsFile file{test::fixtures_dir() + "/demo/reference.safetensors"};
-    std::vector<int32_t> ids(const std::string& n) const {
-        const TensorInfo& t = file.tensors().at(n);
-        std::vector<int32_t> v(static_cast<size_t>(t.numel()));
-        std::memcpy(v.data(), t.data, t.nbytes);
-        return v;
-    }
-    std::vector<float> f32(const std::string& n) const { return file.tensors().at(n).to_f32(); }
-    std::string text(int i) const { return file.metadata().at("text_" + std::to_string(i)); }
-};
-
-// fp32 against transformers' fp32 on the same BF16-exact weights: only summation order differs. Nine layers of
-// K <= 768 sums and a 150-token DeltaNet state give ~1e-5 relative; 2e-4 * max|logit| + 2e-4 keeps a wide margin
-// while a real bug (a (1+w) norm read as w, a swapped gate half, a wrong head group or conv tap) moves the
-// logits of a trained model by O(1).
-void expect_close(const float* got, const float* want, int64_t n, const std::string& what) {
-    double maxref = 0, maxdiff = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        maxref = std::max(maxref, std::abs(double(want[i])));
-        maxdiff = std::max(maxdiff, std::abs(double(got[i]) - double(want[i])));
-    }
-    EXPECT_LE(maxdiff, 2e-4 * maxref + 2e-4) << what << ": max |diff| " << maxdiff << ", max |logit| " << maxref;
+// The texts the fixture's prompts were made from, and the greedy run's margin (metadata of the fixture).
+std::map<std::string, std::string> fixture_metadata() {
+    return SafetensorsFile(test::model_fixture("demo") + "/reference.safetensors").metadata();
 }
 
 class DemoModel : public ::testing::Test {
@@ -63,7 +43,8 @@ protected:
     }
     static Backend* be_;
     static Model* model_;
-    DemoRef ref_;
+    const test::Reference ref_{"demo"};  // prompt_i, positions_i, logits_i, greedy (test_models_util.h)
+    const std::map<std::string, std::string> meta_ = fixture_metadata();
 };
 Backend* DemoModel::be_ = nullptr;
 Model* DemoModel::model_ = nullptr;
@@ -91,10 +72,11 @@ TEST_F(DemoModel, TokenizerAndChatTemplateMatchTransformers) {
     EXPECT_EQ(tok->token_to_id("<|endoftext|>"), 8185);
     EXPECT_EQ(tok->token_to_id("<|im_end|>"), 8187);
     EXPECT_EQ(tok->token_to_id("</tool_call>"), 8191);
-    for (int i = 0; i < 3; ++i) {
-        const auto want = ref_.ids("prompt_" + std::to_string(i));
-        EXPECT_EQ(tok->encode(ref_.text(i)), want) << "text_" << i;
-        EXPECT_EQ(tok->decode(want), ref_.text(i)) << "text_" << i;
+    ASSERT_EQ(ref_.prompts.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+        const std::string& text = meta_.at("text_" + std::to_string(i));
+        EXPECT_EQ(tok->encode(text), ref_.prompts[i]) << "text_" << i;
+        EXPECT_EQ(tok->decode(ref_.prompts[i]), text) << "text_" << i;
     }
     // text_1 is the chat template of the fixture script rendered by transformers.
     const ChatTemplate tmpl(tok->chat_template());
@@ -103,41 +85,40 @@ TEST_F(DemoModel, TokenizerAndChatTemplateMatchTransformers) {
         {{{"role", "system"}, {"content", "You are a storyteller."}},
          {{"role", "user"}, {"content", "Tell me about the old house by the river."}}});
     ctx["add_generation_prompt"] = true;
-    EXPECT_EQ(tmpl.render(ctx), ref_.text(1));
+    EXPECT_EQ(tmpl.render(ctx), meta_.at("text_1"));
 }
 
 TEST_F(DemoModel, LogitsMatchTransformers) {
     const int64_t V = model_->info().vocab_size;
-    for (int i = 0; i < 3; ++i) {
-        const std::string s = std::to_string(i);
-        const auto prompt = ref_.ids("prompt_" + s);
-        const auto rows = ref_.ids("positions_" + s);
-        const auto want = ref_.f32("logits_" + s);
+    ASSERT_EQ(ref_.vocab, V);
+    for (size_t i = 0; i < ref_.prompts.size(); ++i) {
+        const auto& prompt = ref_.prompts[i];
+        const auto n = static_cast<int64_t>(prompt.size());
         auto st = model_->new_state(256);
         std::vector<float> got;
-        const auto n = static_cast<int64_t>(prompt.size());
         model_->forward(*st, prompt, n, got);
         ASSERT_EQ(static_cast<int64_t>(got.size()), n * V);
-        for (size_t r = 0; r < rows.size(); ++r)
-            expect_close(&got[rows[r] * V], &want[r * V], V,
-                         "prompt " + s + " position " + std::to_string(rows[r]));
+        for (size_t r = 0; r < ref_.positions[i].size(); ++r) {
+            const int32_t pos = ref_.positions[i][r];
+            test::expect_logits_near(&got[pos * V], &ref_.logits[i][r * V], V,
+                                     "prompt " + std::to_string(i) + " position " + std::to_string(pos));
+        }
     }
 }
 
 TEST_F(DemoModel, GreedyTokensMatchTransformers) {
     const int64_t V = model_->info().vocab_size;
-    const auto want = ref_.ids("greedy");
+    const auto& want = ref_.greedy;
     auto st = model_->new_state(256);
     std::vector<float> logits;
-    model_->forward(*st, ref_.ids("prompt_0"), 1, logits);
+    model_->forward(*st, ref_.prompts[0], 1, logits);
     std::vector<int32_t> got;
     for (size_t i = 0; i < want.size(); ++i) {
         got.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + V) - logits.begin()));
         const int32_t next = got.back();
         model_->forward(*st, std::span<const int32_t>(&next, 1), 1, logits);
     }
-    EXPECT_EQ(got, want) << "smallest top-1/top-2 gap in the reference run: "
-                         << ref_.file.metadata().at("greedy_min_margin");
+    EXPECT_EQ(got, want) << "smallest top-1/top-2 gap in the reference run: " << meta_.at("greedy_min_margin");
 }
 
 }  // namespace
