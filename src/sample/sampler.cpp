@@ -87,23 +87,29 @@ int32_t Sampler::sample(float* logits, std::span<const int32_t> prompt, std::spa
     double vocab_mass = -1.0;  // set when n shrinks to the sorted prefix: the mass of all candidates
     if (need_order && p_.top_k == 0 && n > kPrefix) {
         // Sorting a 150k-250k vocabulary every token is the sampler's main cost. The truncations only ever
-        // keep a prefix of the sorted order, so sort just the kPrefix most likely ids and fall back to the
-        // full sort when that prefix cannot decide (top-p mass not reached and min-p not yet failing).
-        std::nth_element(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(kPrefix - 1), ids_.end(), before);
-        std::sort(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(kPrefix), before);
-        const double lmax = logits[ids_[0]];
+        // keep a prefix of the sorted order, so sort a prefix of kPrefix ids and grow it 8x at a time
+        // (selecting each next chunk from the unsorted rest) until it decides the cut: the top-p mass is
+        // reached or a min-p failure lies inside it.
+        float lmax_f = logits[0];
+        for (int64_t i = 1; i < vocab_; ++i) lmax_f = std::max(lmax_f, logits[i]);
+        const double lmax = lmax_f;
         double total = 0.0, head = 0.0;
         for (int64_t i = 0; i < vocab_; ++i) total += std::exp(static_cast<double>(logits[i]) - lmax);
-        for (size_t i = 0; i < kPrefix; ++i) head += std::exp(static_cast<double>(logits[ids_[i]]) - lmax);
-        const double last = std::exp(static_cast<double>(logits[ids_[kPrefix - 1]]) - lmax);
-        const bool top_p_decided = p_.top_p < 1.0f && head >= static_cast<double>(p_.top_p) * total;
-        const bool min_p_decided = p_.min_p > 0.0f && last < static_cast<double>(p_.min_p);
-        if (top_p_decided || min_p_decided) {
-            n = kPrefix;
-            vocab_mass = total;
-        } else {
-            std::sort(ids_.begin(), ids_.end(), before);
+        size_t sorted = 0;
+        for (size_t m = kPrefix;; m *= 8) {
+            m = std::min(m, n);
+            if (m < n) std::nth_element(ids_.begin() + static_cast<std::ptrdiff_t>(sorted),
+                                        ids_.begin() + static_cast<std::ptrdiff_t>(m - 1), ids_.end(), before);
+            std::sort(ids_.begin() + static_cast<std::ptrdiff_t>(sorted), ids_.begin() + static_cast<std::ptrdiff_t>(m), before);
+            for (size_t i = sorted; i < m; ++i) head += std::exp(static_cast<double>(logits[ids_[i]]) - lmax);
+            sorted = m;
+            const double last = std::exp(static_cast<double>(logits[ids_[m - 1]]) - lmax);
+            const bool top_p_decided = p_.top_p < 1.0f && head >= static_cast<double>(p_.top_p) * total;
+            const bool min_p_decided = p_.min_p > 0.0f && last < static_cast<double>(p_.min_p);
+            if (m == n || top_p_decided || min_p_decided) break;
         }
+        n = sorted;
+        vocab_mass = total;
     } else if (need_order) {
         std::sort(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(n), before);
     } else if (n < ids_.size()) {

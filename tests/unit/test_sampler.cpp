@@ -209,6 +209,24 @@ TEST(Sampler, LargeVocabTruncationMatchesFullSort) {
                 EXPECT_TRUE(want[id]);
                 EXPECT_GT(nkeep, 0u);
             }
+    // A flat 20k vocabulary: the sorted prefix grows 1024 -> 8192 (top_p 0.3 stops there) -> everything (0.5).
+    std::vector<float> wide(20000);
+    for (auto& v : wide) v = nd(rng) * 0.01f;
+    for (float top_p : {0.3f, 0.5f}) {
+        SamplingParams p;
+        p.top_p = top_p;
+        p.has_seed = true;
+        Sampler s(p, 20000);
+        std::vector<float> l = wide;
+        s.sample(l.data(), std::span<const int32_t>{});
+        const std::vector<bool> want = ref_kept(wide, top_p, 0.0f);
+        size_t nkeep = 0;
+        for (size_t i = 0; i < wide.size(); ++i) {
+            ASSERT_EQ(std::isfinite(l[i]), want[i]) << "id " << i << " top_p " << top_p;
+            nkeep += want[i];
+        }
+        EXPECT_GT(nkeep, 1024u * (top_p > 0.4f ? 8 : 1));
+    }
 }
 
 TEST(Sampler, PenaltiesAreExact) {
