@@ -23,10 +23,14 @@ const nlohmann::json& reference() {
     return j;
 }
 
+// Loaded on first use only: each test runs in its own process under ctest.
 const Tokenizer& tokenizer(const std::string& name) {
-    static const std::unique_ptr<Tokenizer> qwen = Tokenizer::load(test::shared_dir() + "/data/tokenizers/qwen3");
-    static const std::unique_ptr<Tokenizer> sp = Tokenizer::load(test::fixtures_dir() + "/tokenizer/stories260k");
-    return name == "qwen3" ? *qwen : *sp;
+    if (name == "qwen3") {
+        static const auto qwen = Tokenizer::load(test::shared_dir() + "/data/tokenizers/qwen3");
+        return *qwen;
+    }
+    static const auto sp = Tokenizer::load(test::fixtures_dir() + "/tokenizer/stories260k");
+    return *sp;
 }
 
 // The first `bytes` of the decompressed corpus.
