@@ -48,6 +48,7 @@ struct HttpServer::Stream {
     Clock::time_point t0, last_token, last_ping;
     bool first = true;
     bool finished = false;
+    std::string error;  // the engine failed on this request
 };
 
 HttpServer::HttpServer(ServerConfig cfg, const PromptBuilder& prompts, TaskQueue& queue, Metrics& metrics)
@@ -196,6 +197,7 @@ bool HttpServer::pump(Stream& s, bool streaming, std::string& out) {
         fin = FinishEvent{"stop", "", 0, 0};
     }
     if (fin) {
+        if (fin->reason == "error") s.error = fin->error.empty() ? "generation failed" : fin->error;
         for (auto& c : s.builder->on_finish(*fin)) chunks.push_back(std::move(c));
         s.finished = true;
         metrics_.add_generated_tokens(s.builder->completion_tokens());
@@ -205,7 +207,7 @@ bool HttpServer::pump(Stream& s, bool streaming, std::string& out) {
     }
     if (streaming) {
         for (const auto& c : chunks) out += ResponseBuilder::sse(c);
-        if (fin && fin->reason == "error") out += ResponseBuilder::sse(internal_error(fin->error).body());
+        if (!s.error.empty()) out += ResponseBuilder::sse(internal_error(s.error).body());
         if (fin) out += "data: [DONE]\n\n";
     }
     return s.finished;
@@ -258,8 +260,9 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
         std::string unused;
         while (!pump(*s, false, unused)) {
         }
-        send_json(res, 200, s->builder->full_response());
-        metrics_.count_request(route, 200);
+        if (!s->error.empty()) send_error(res, internal_error(s->error));
+        else send_json(res, 200, s->builder->full_response());
+        metrics_.count_request(route, res.status);
         return;
     }
 

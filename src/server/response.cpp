@@ -33,35 +33,49 @@ std::string new_response_id(bool chat) {
 ResponseBuilder::ResponseBuilder(const Tokenizer& tok, const Prepared& prep, const GenerationParams& gen,
                                  ResponseMeta meta)
     : tok_(tok), gen_(gen), meta_(std::move(meta)), prompt_tokens_(int64_t(prep.prompt.size())),
+      last_prompt_id_(prep.prompt.empty() ? -1 : prep.prompt.back()),
       stop_ids_(prep.stop_ids), decoder_(tok), parser_(prep.output) {}
 
 std::string ResponseBuilder::sse(const ojson& chunk) {
     return "data: " + chunk.dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n\n";
 }
 
+// A token's text as it reads after `prev`: decoding it alone would drop a SentencePiece leading space.
+std::string ResponseBuilder::token_text(int32_t prev, int32_t id) const {
+    if (prev < 0) return tok_.decode(std::span<const int32_t>(&id, 1));
+    const int32_t pair[2] = {prev, id};
+    const std::string a = tok_.decode(std::span<const int32_t>(pair, 1));
+    const std::string b = tok_.decode(std::span<const int32_t>(pair, 2));
+    if (b.size() >= a.size() && b.compare(0, a.size(), a) == 0) return b.substr(a.size());
+    return tok_.decode(std::span<const int32_t>(&id, 1));
+}
+
 ojson ResponseBuilder::logprob_entries(const std::vector<TokenEvent>& events) const {
-    if (meta_.chat) {
-        ojson content = ojson::array();
-        for (const auto& e : events) {
-            const std::string t = tok_.decode(std::span<const int32_t>(&e.id, 1));
+    // The entries are the last events.size() of lp_all_; their predecessors are in lp_prev_ at the same index.
+    const size_t base = lp_prev_.size() - events.size();
+    ojson content = ojson::array(), tokens = ojson::array(), lps = ojson::array(), tops = ojson::array(),
+          offs = ojson::array();
+    for (size_t i = 0; i < events.size(); ++i) {
+        const TokenEvent& e = events[i];
+        const int32_t prev = lp_prev_[base + i];
+        const std::string t = token_text(prev, e.id);
+        if (meta_.chat) {
             ojson top = ojson::array();
             for (const auto& [id, lp] : e.top) {
-                const std::string tt = tok_.decode(std::span<const int32_t>(&id, 1));
+                const std::string tt = token_text(prev, id);
                 top.push_back({{"token", tt}, {"logprob", lp}, {"bytes", bytes_of(tt)}});
             }
             content.push_back({{"token", t}, {"logprob", e.logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
+        } else {
+            tokens.push_back(t);
+            lps.push_back(e.logprob);
+            ojson top = ojson::object();
+            for (const auto& [id, lp] : e.top) top[token_text(prev, id)] = lp;
+            tops.push_back(top);
+            offs.push_back(0);
         }
-        return {{"content", content}, {"refusal", nullptr}};
     }
-    ojson tokens = ojson::array(), lps = ojson::array(), tops = ojson::array(), offs = ojson::array();
-    for (const auto& e : events) {
-        tokens.push_back(tok_.decode(std::span<const int32_t>(&e.id, 1)));
-        lps.push_back(e.logprob);
-        ojson top = ojson::object();
-        for (const auto& [id, lp] : e.top) top[tok_.decode(std::span<const int32_t>(&id, 1))] = lp;
-        tops.push_back(top);
-        offs.push_back(0);
-    }
+    if (meta_.chat) return {{"content", content}, {"refusal", nullptr}};
     return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
 }
 
@@ -114,7 +128,10 @@ std::vector<ojson> ResponseBuilder::on_tokens(const std::vector<TokenEvent>& eve
         ++n_tokens_;
         all_ids_.push_back(e.id);
         pending_ids_.push_back(e.id);
-        if (gen_.logprobs) pending_lp_.push_back(e);
+        if (gen_.logprobs) {
+            pending_lp_.push_back(e);
+            lp_prev_.push_back(all_ids_.size() >= 2 ? all_ids_[all_ids_.size() - 2] : last_prompt_id_);
+        }
         // End-of-turn tokens end generation; their text is never part of the answer.
         if (std::find(stop_ids_.begin(), stop_ids_.end(), e.id) != stop_ids_.end()) continue;
         d.append(parser_.push(decoder_.push(e.id)));

@@ -44,6 +44,7 @@ private:
     ojson chunk(const OutputDelta& d, const ojson& logprobs, const std::vector<int32_t>& ids,
                 const ojson& finish) const;
     ojson logprob_entries(const std::vector<TokenEvent>& events) const;
+    std::string token_text(int32_t prev, int32_t id) const;
     ojson usage() const;
     void accumulate(const OutputDelta& d);
 
@@ -51,6 +52,7 @@ private:
     GenerationParams gen_;
     ResponseMeta meta_;
     int64_t prompt_tokens_;
+    int32_t last_prompt_id_;
     std::vector<int32_t> stop_ids_;
     StreamDecoder decoder_;
     OutputParser parser_;
@@ -59,6 +61,7 @@ private:
     int64_t n_tokens_ = 0;
     std::vector<int32_t> all_ids_;
     std::vector<TokenEvent> lp_all_;        // for non-streaming logprobs
+    std::vector<int32_t> lp_prev_;          // the token before each logprob entry (for its text)
     std::vector<int32_t> pending_ids_;      // token ids not yet attached to a chunk
     std::vector<TokenEvent> pending_lp_;
     OutputDelta total_;

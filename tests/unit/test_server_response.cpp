@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "server/response.h"
-#include "test_util.h"
+#include "../test_util.h"
 
 using namespace grimoire;
 using namespace grimoire::server;
