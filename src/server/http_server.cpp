@@ -15,8 +15,9 @@ namespace {
 
 constexpr auto kWaitSlice = std::chrono::milliseconds(50);
 // While a streamed request waits in the queue nothing is written, so a client that left would go unnoticed:
-// an SSE comment line (ignored by clients) every second finds out, and the request is dropped from the queue.
-constexpr auto kQueuedPing = std::chrono::seconds(1);
+// an SSE comment line (ignored by clients) every 200 ms finds out (the second write after the peer closed
+// fails), and the request is dropped from the queue.
+constexpr auto kQueuedPing = std::chrono::milliseconds(200);
 
 Route route_of(const std::string& path) {
     if (path == "/v1/chat/completions") return Route::CHAT;

@@ -134,7 +134,15 @@ std::vector<ojson> ResponseBuilder::on_tokens(const std::vector<TokenEvent>& eve
         }
         // End-of-turn tokens end generation; their text is never part of the answer.
         if (std::find(stop_ids_.begin(), stop_ids_.end(), e.id) != stop_ids_.end()) continue;
-        d.append(parser_.push(decoder_.push(e.id)));
+        std::string text = decoder_.push(e.id);
+        if (first_text_ && !text.empty()) {
+            // The decoder starts fresh, so it drops a SentencePiece leading space that the same token has
+            // after the prompt ("Once" -> " upon"): take the token's text in context for the first piece.
+            first_text_ = false;
+            const std::string in_ctx = token_text(last_prompt_id_, e.id);
+            if (in_ctx.size() > text.size() && in_ctx.ends_with(text)) text = in_ctx;
+        }
+        d.append(parser_.push(text));
     }
     accumulate(d);
     if (d.empty()) return {};

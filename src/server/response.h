@@ -58,6 +58,7 @@ private:
     OutputParser parser_;
 
     bool role_sent_ = false;
+    bool first_text_ = true;
     int64_t n_tokens_ = 0;
     std::vector<int32_t> all_ids_;
     std::vector<TokenEvent> lp_all_;        // for non-streaming logprobs

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("GRIMOIRE_SHARED", ROOT.parent / "shared"))
 MODEL_NAME = "test-model"
 ALIAS = "test-alias"
-CTX = 512
+CTX = 1024
 MAX_BODY = 65536
 
 
@@ -47,7 +47,11 @@ def free_port():
 def checkpoint(tmp_path_factory):
     if os.environ.get("GRIMOIRE_TEST_MODEL"):
         return Path(os.environ["GRIMOIRE_TEST_MODEL"])
-    out = tmp_path_factory.mktemp("stories260K")
+    return make_checkpoint(tmp_path_factory.mktemp("stories260K"))
+
+
+def make_checkpoint(out, template_file=None):
+    """stories260K converted into `out`, with the Qwen3 template, or `template_file` as chat_template.jinja."""
     src = SHARED / "data/models/stories260K"
     subprocess.run([sys.executable, str(ROOT / "tools/convert_llama2c.py"), str(src / "stories260K.bin"),
                     str(src / "tok512.bin"), str(out)], check=True, capture_output=True)
@@ -56,6 +60,8 @@ def checkpoint(tmp_path_factory):
     cfg = json.loads(cfg_path.read_text())
     cfg["chat_template"] = qwen3["chat_template"]
     cfg_path.write_text(json.dumps(cfg))
+    if template_file:
+        shutil.copy(template_file, out / "chat_template.jinja")
     return out
 
 

@@ -20,7 +20,7 @@ def test_health_and_models(server, client):
     assert ids[0] == MODEL_NAME and ALIAS in ids
     raw = requests.get(server.base + "/v1/models", timeout=5).json()
     assert raw["object"] == "list"
-    assert raw["data"][0]["max_model_len"] == 512 and raw["data"][0]["object"] == "model"
+    assert raw["data"][0]["max_model_len"] == 1024 and raw["data"][0]["object"] == "model"
 
 
 def test_chat_fields(client):
@@ -148,8 +148,8 @@ def test_logprobs(client):
 
 
 def test_seeded_sampling_is_reproducible(client):
-    kw = dict(model=MODEL_NAME, prompt="Once upon a time", max_tokens=40, temperature=1.0, top_p=0.95, top_k=40,
-              extra_body={"ignore_eos": True, "min_p": 0.01, "repetition_penalty": 1.1})
+    kw = dict(model=MODEL_NAME, prompt="Once upon a time", max_tokens=40, temperature=1.0, top_p=0.95,
+              extra_body={"ignore_eos": True, "top_k": 40, "min_p": 0.01, "repetition_penalty": 1.1})
     a = client.completions.create(seed=1234, **kw).choices[0].text
     b = client.completions.create(seed=1234, **kw).choices[0].text
     c = client.completions.create(seed=99, **kw).choices[0].text
@@ -175,7 +175,7 @@ def test_token_ids_prompt_and_unknown_fields(server):
 
 def test_tokenize_detokenize(server):
     t = post(server, "/tokenize", {"prompt": "Once upon a time", "return_token_strs": True}).json()
-    assert t["count"] == len(t["tokens"]) == len(t["token_strs"]) and t["max_model_len"] == 512
+    assert t["count"] == len(t["tokens"]) == len(t["token_strs"]) and t["max_model_len"] == 1024
     assert t["tokens"][0] == 1  # the Llama tokenizer's BOS
     assert post(server, "/tokenize", {"prompt": "Once", "add_special_tokens": False}).json()["tokens"][0] != 1
     d = post(server, "/detokenize", {"tokens": t["tokens"]}).json()

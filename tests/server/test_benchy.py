@@ -37,14 +37,14 @@ def test_llama_benchy_sweep(server, checkpoint, tmp_path):
     env = {**os.environ, "HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "llama_benchy", "--base-url", server.base + "/v1", "--model", MODEL_NAME,
            "--tokenizer", str(checkpoint / "tokenizer.json"), "--book-url", BOOK_URL, "--pp", "64", "128",
-           "--tg", "16", "--runs", "2", "--skip-coherence", "--format", "json", "--save-result", str(out),
+           "--tg", "200", "--runs", "2", "--skip-coherence", "--exact-tg", "--format", "json", "--save-result", str(out),
            "--exit-on-first-fail"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Error" not in r.stdout, r.stdout
     data = json.loads(out.read_text())
     runs = data["benchmarks"]
-    assert {(r["prompt_size"], r["response_size"]) for r in runs} == {(64, 16), (128, 16)}
+    assert {(r["prompt_size"], r["response_size"]) for r in runs} == {(64, 200), (128, 200)}
     for r in runs:
         # pp and tg are both reported, as positive rates.
         assert r["pp_throughput"]["mean"] > 0 and r["tg_throughput"]["mean"] > 0, r

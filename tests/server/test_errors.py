@@ -28,7 +28,7 @@ def chat(server, body=None, raw=None, headers=None):
     ({"max_tokens": 0}, "max_tokens"),
     ({"max_tokens": "many"}, "max_tokens"),
     ({"max_tokens": 10**12}, "max_tokens"),       # far beyond the context
-    ({"max_tokens": 600}, "max_tokens"),          # prompt + 600 > --ctx 512
+    ({"max_tokens": 1020}, "max_tokens"),         # prompt + 1020 > --ctx 1024
     ({"temperature": "warm"}, "temperature"),
     ({"top_p": 7}, "top_p"),
     ({"n": 3}, "n"),
@@ -58,21 +58,15 @@ def test_malformed_json_and_wrong_shapes(server):
 
 
 def test_prompt_longer_than_context(server):
-    long = {**OK, "messages": [{"role": "user", "content": "tell me a story " * 300}]}
+    long = {**OK, "messages": [{"role": "user", "content": "tell me a story " * 600}]}
     err = check_error(chat(server, long), 400, "messages")
     assert "context" in err["message"]
-    check_error(requests.post(server.base + "/v1/completions", json={"prompt": "word " * 2000}, timeout=10), 400)
+    check_error(requests.post(server.base + "/v1/completions", json={"prompt": "word " * 4000}, timeout=10), 400)
 
 
 def test_unknown_model_is_404(server):
     err = check_error(chat(server, {**OK, "model": "gpt-17"}), 404, "model")
     assert err["code"] == "model_not_found"
-
-
-def test_template_error_is_400(server):
-    # The Qwen3 template raises when no user query is found.
-    err = check_error(chat(server, {**OK, "messages": [{"role": "system", "content": "only a system turn"}]}), 400)
-    assert "template" in err["message"]
 
 
 def test_body_over_limit_is_413(server):
