@@ -49,9 +49,7 @@ def main():
         if model is None:
             model = tmp / "stories260K"
             model.mkdir()
-            src = conftest.SHARED / "data/models/stories260K"
-            subprocess.run([sys.executable, str(ROOT / "tools/convert_llama2c.py"), str(src / "stories260K.bin"),
-                            str(src / "tok512.bin"), str(model)], check=True, capture_output=True)
+            conftest.make_checkpoint(model)
         cache = tmp / "home/.cache/llama-benchy"
         cache.mkdir(parents=True)
         (cache / (hashlib.md5(BOOK_URL.encode()).hexdigest() + ".txt")).write_text(book_text())
