@@ -52,7 +52,8 @@ int serve(ServeOptions& o) {
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-    if (o.model.empty()) o.model = default_model_dir();
+    const bool model_given = !o.model.empty();
+    if (!model_given) o.model = default_model_dir();
     auto backend = make_backend(o.device);
     auto model = load_model(o.model, *backend);
     auto tok = Tokenizer::load(o.model);
@@ -66,7 +67,7 @@ int serve(ServeOptions& o) {
     if (o.server.served_names.empty()) {
         std::string base = std::filesystem::path(o.server.model_dir).filename().string();
         o.server.served_names.push_back(base.empty() ? "default" : base);
-        if (o.model != base) o.server.served_names.push_back(o.model);  // the path as given is an alias
+        if (model_given && o.model != base) o.server.served_names.push_back(o.model);  // the path as given
     }
 
     server::TaskQueue queue;
