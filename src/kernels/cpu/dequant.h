@@ -1,0 +1,36 @@
+// CPU dequantization and matmul for quantized weights: the exact reference (oracle) every other kernel is
+// checked against. Weights come in one canonical, already unpacked layout per family; the format readers in
+// src/quant/ turn each checkpoint packing (GPTQ, AWQ, compressed-tensors, FP8) into it at load time.
+#pragma once
+#include <cstdint>
+
+namespace grimoire::cpu {
+
+// Group-quantized INT4: W[n, k] = float(q[n, k] - zeros[g_idx[k], n]) * scales[g_idx[k], n].
+// (q - z) is a small integer, so the product is exact in fp32: the same expression in numpy is bit-identical.
+struct Int4Weights {
+    const uint8_t* q = nullptr;       // [N, K] u8, each 0..15
+    const int32_t* zeros = nullptr;   // [G, N] i32, the real zero point (format offsets already applied)
+    const float* scales = nullptr;    // [G, N] f32 (from the stored fp16/bf16, exact)
+    const int32_t* g_idx = nullptr;   // [K] i32, each in [0, G)
+    int64_t N = 0, K = 0, G = 0;
+};
+
+// FP8 E4M3 with a scale grid: W[n, k] = fp8(w[n, k]) * scales[n / bn, k / bk] (a multiplier).
+// Block-scaled: bn = bk = 128; per-channel: bn = 1, bk = K; per-tensor: bn = N, bk = K.
+struct Fp8Weights {
+    const uint8_t* w = nullptr;       // [N, K] e4m3
+    const float* scales = nullptr;    // [ceil(N / bn), ceil(K / bk)] f32
+    int64_t N = 0, K = 0, bn = 1, bk = 1;
+};
+
+// Rows n0..n1-1 of W as fp32.
+void dequant_int4_rows(const Int4Weights& w, int64_t n0, int64_t n1, float* out);  // out [n1-n0, K] f32
+void dequant_fp8_rows(const Fp8Weights& w, int64_t n0, int64_t n1, float* out);    // out [n1-n0, K] f32
+
+// out [T, N] = x [T, K] @ W^T with W dequantized a tile of rows at a time to fp32 (fp32 accumulation);
+// multi-threaded over N.
+void matmul_int4(const float* x, const Int4Weights& w, int64_t T, float* out);  // x [T, K], out [T, N] f32
+void matmul_fp8(const float* x, const Fp8Weights& w, int64_t T, float* out);    // x [T, K], out [T, N] f32
+
+}  // namespace grimoire::cpu

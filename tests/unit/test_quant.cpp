@@ -1,0 +1,172 @@
+// Quantized checkpoint formats on the CPU: layers written by tools/quantize.py (tests/fixtures/quant/, made by
+// tools/make_quant_fixtures.py) load through load_linear, dequantize bit-exactly to the python-side unpack of
+// the written tensors (dequant.safetensors), and forward() matches an fp64 matmul of that weight. Modules the
+// format cannot hold, or the config keeps unquantized, load as plain BF16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "../test_util.h"
+#include "backend/backend.h"
+#include "core/error.h"
+#include "io/config.h"
+#include "io/safetensors.h"
+#include "quant/linear.h"
+
+namespace grimoire {
+namespace {
+
+std::string quant_fixture(const std::string& name) { return test::fixtures_dir() + "/quant/" + name; }
+
+QuantConfig config_of(const std::string& dir) {
+    return QuantConfig::from_config(ConfigReader::from_file(dir + "/config.json"));
+}
+
+const char* const kModules[] = {"layer.q_proj", "layer.up_proj", "layer.odd_proj", "layer.kept_proj"};
+
+class QuantLayer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QuantLayer, DequantBitExactAndForwardMatchesFp64) {
+    const std::string dir = quant_fixture(GetParam());
+    auto be = make_cpu_backend();
+    Checkpoint ckpt(dir);
+    const QuantConfig qc = config_of(dir);
+    SafetensorsFile ref(dir + "/dequant.safetensors");
+    int quantized = 0;
+    std::mt19937 rng(std::random_device{}());  // fresh inputs each run
+    std::normal_distribution<float> nd;
+    for (const std::string m : kModules) {
+        auto lin = load_linear(*be, ckpt, m, qc);
+        const int64_t N = lin->out_features(), K = lin->in_features();
+        const std::vector<float> w = lin->dequantize();
+        ASSERT_EQ(w.size(), static_cast<size_t>(N * K));
+        auto it = ref.tensors().find(m + ".weight");
+        if (it == ref.tensors().end()) {
+            // Left unquantized: the BF16 weight as stored.
+            EXPECT_EQ(lin->format(), "BF16") << m;
+            const std::vector<float> want = ckpt.get(m + ".weight").to_f32();
+            EXPECT_EQ(0, std::memcmp(w.data(), want.data(), w.size() * 4)) << m;
+            continue;
+        }
+        ++quantized;
+        EXPECT_NE(lin->format(), "BF16") << m;
+        const std::vector<float> want = it->second.to_f32();
+        ASSERT_EQ(want.size(), w.size()) << m;
+        size_t mismatches = 0;
+        for (size_t i = 0; i < w.size(); ++i) mismatches += std::memcmp(&w[i], &want[i], 4) != 0;
+        EXPECT_EQ(mismatches, 0u) << GetParam() << " " << m << " (" << lin->format() << ")";
+        EXPECT_LT(lin->weight_bytes(), static_cast<size_t>(N * K * 2)) << m;  // smaller than BF16
+
+        // forward() vs fp64 matmul of the reference weight (+ bias). fp32 accumulation over K terms: the error
+        // is bounded by ~K * eps * sum|x w|; 1e-5 * sum|x w| is > 10x that margin for K <= 256 and far below a
+        // wrong nibble (|scale| ~ 1e-2 of one term).
+        const int64_t T = 5;
+        std::vector<float> x(static_cast<size_t>(T * K)), y(static_cast<size_t>(T * N), NAN);
+        for (float& v : x) v = nd(rng);
+        Tensor xt(x.data(), DType::F32, Device::CPU, {T, K}), yt(y.data(), DType::F32, Device::CPU, {T, N});
+        lin->forward(*be, xt, yt);
+        const TensorInfo* b = ckpt.find(m + ".bias");
+        const std::vector<float> bias = b ? b->to_f32() : std::vector<float>(static_cast<size_t>(N), 0.f);
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t n = 0; n < N; ++n) {
+                double acc = bias[static_cast<size_t>(n)], mag = 0;
+                for (int64_t k = 0; k < K; ++k) {
+                    const double p = double(x[t * K + k]) * double(want[n * K + k]);
+                    acc += p;
+                    mag += std::fabs(p);
+                }
+                ASSERT_NEAR(y[t * N + n], acc, 1e-5 * mag + 1e-6) << m << " t " << t << " n " << n;
+            }
+    }
+    EXPECT_GE(quantized, 2) << "fixture quantized too few modules";
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantLayer,
+                         ::testing::Values("gptq_sym_g128", "gptq_asym_g32_actorder", "gptq_v2_asym_g64",
+                                           "gptq_v2_sym_actorder_chan", "autoround_gptq_asym_g128",
+                                           "autoround_awq_asym_g64", "autoround_awq_sym_g128", "ct_sym_g32",
+                                           "fp8_block", "fp8_channel"));
+
+TEST(QuantFormats, FormatNamesSayWhatWasDecoded) {
+    auto be = make_cpu_backend();
+    auto fmt = [&](const std::string& v, const std::string& m) {
+        const std::string dir = quant_fixture(v);
+        Checkpoint ckpt(dir);
+        return load_linear(*be, ckpt, m, config_of(dir))->format();
+    };
+    EXPECT_EQ(fmt("gptq_sym_g128", "layer.q_proj"), "gptq int4 g128 g_idx");
+    EXPECT_EQ(fmt("gptq_v2_asym_g64", "layer.q_proj"), "gptq_v2 int4 g64 g_idx");
+    EXPECT_EQ(fmt("autoround_gptq_asym_g128", "layer.q_proj"), "gptq int4 g128");
+    EXPECT_EQ(fmt("autoround_awq_asym_g64", "layer.q_proj"), "awq int4 g64");
+    EXPECT_EQ(fmt("ct_sym_g32", "layer.q_proj"), "compressed-tensors int4 g32");
+    EXPECT_EQ(fmt("fp8_block", "layer.odd_proj"), "fp8 e4m3 128x128");
+    EXPECT_EQ(fmt("fp8_channel", "layer.q_proj"), "fp8 e4m3 per-channel");
+}
+
+// A copy of a fixture with its quantization_config edited, in a fresh temp dir.
+std::string with_config(const std::string& variant, const std::function<void(nlohmann::json&)>& edit) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("grimoire_quant_" + variant + "_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    fs::copy_file(quant_fixture(variant) + "/model.safetensors", dir / "model.safetensors",
+                  fs::copy_options::overwrite_existing);
+    nlohmann::json cfg = nlohmann::json::parse(std::ifstream(quant_fixture(variant) + "/config.json"));
+    edit(cfg);
+    std::ofstream(dir / "config.json") << cfg.dump();
+    return dir.string();
+}
+
+void expect_error(const std::string& dir, const std::string& module, const std::string& needle) {
+    auto be = make_cpu_backend();
+    Checkpoint ckpt(dir);
+    try {
+        load_linear(*be, ckpt, module, config_of(dir));
+        ADD_FAILURE() << "no error for " << dir << " " << module;
+    } catch (const Error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+        EXPECT_NE(msg.find(module), std::string::npos) << "error does not name the tensor: " << msg;
+    }
+    std::filesystem::remove_all(dir);
+}
+
+TEST(QuantFormats, UnsupportedCombinationsAreRefusedNamingTheTensor) {
+    expect_error(with_config("gptq_sym_g128", [](auto& c) { c.erase("quantization_config"); }), "layer.q_proj",
+                 "no quantization_config");
+    expect_error(with_config("gptq_sym_g128", [](auto& c) { c["quantization_config"]["bits"] = 8; }),
+                 "layer.q_proj", "8-bit");
+    expect_error(with_config("gptq_sym_g128",
+                             [](auto& c) { c["quantization_config"]["checkpoint_format"] = "marlin"; }),
+                 "layer.q_proj", "checkpoint_format");
+    // act-order promised by the config but no g_idx stored (AutoRound writes none).
+    expect_error(with_config("autoround_gptq_asym_g128",
+                             [](auto& c) {
+                                 c["quantization_config"]["quant_method"] = "gptq";
+                                 c["quantization_config"]["desc_act"] = true;
+                             }),
+                 "layer.q_proj", "g_idx");
+    // A GPTQModel dynamic "-:" rule says the module is not quantized, but it is packed.
+    expect_error(with_config("gptq_sym_g128",
+                             [](auto& c) { c["quantization_config"]["dynamic"] = {{"-:layer\\.q_proj", {}}}; }),
+                 "layer.q_proj", "not quantized");
+    // AutoRound extra_config bits 16 on a packed module.
+    expect_error(with_config("autoround_awq_sym_g128",
+                             [](auto& c) {
+                                 c["quantization_config"]["extra_config"] = {{"layer.up_proj", {{"bits", 16}}}};
+                             }),
+                 "layer.up_proj", "not quantized");
+    expect_error(with_config("fp8_block", [](auto& c) { c["quantization_config"]["weight_block_size"] = {64, 64}; }),
+                 "layer.q_proj", "expected shape");
+    expect_error(with_config("ct_sym_g32",
+                             [](auto& c) {
+                                 c["quantization_config"]["config_groups"]["group_0"]["weights"]["num_bits"] = 8;
+                             }),
+                 "layer.q_proj", "4-bit");
+}
+
+}  // namespace
+}  // namespace grimoire
