@@ -170,3 +170,36 @@ TEST(QuantFormats, UnsupportedCombinationsAreRefusedNamingTheTensor) {
 
 }  // namespace
 }  // namespace grimoire
+
+namespace grimoire {
+namespace {
+
+// The writer's bytes follow the public conventions the readers assume: symmetric GPTQ v1 stores zero 8 as 7 in
+// every nibble (0x77777777), gptq_v2 stores 8 itself; the configs carry the exporters' keys.
+TEST(QuantFormats, WrittenZerosAndConfigsFollowThePublicConventions) {
+    auto words = [](const std::string& v, const std::string& t) {
+        SafetensorsFile f(quant_fixture(v) + "/model.safetensors");
+        const TensorInfo& ti = f.tensors().at(t);
+        std::vector<uint32_t> w(static_cast<size_t>(ti.numel()));
+        std::memcpy(w.data(), ti.data, ti.nbytes);
+        return w;
+    };
+    for (uint32_t w : words("gptq_sym_g128", "layer.q_proj.qzeros")) EXPECT_EQ(w, 0x77777777u);
+    for (uint32_t w : words("gptq_v2_sym_actorder_chan", "layer.q_proj.qzeros")) EXPECT_EQ(w, 0x88888888u);
+    for (uint32_t w : words("autoround_awq_sym_g128", "layer.q_proj.qzeros")) EXPECT_EQ(w, 0x88888888u);
+    const QuantConfig g = config_of(quant_fixture("gptq_asym_g32_actorder"));
+    EXPECT_EQ(g.method, "gptq");
+    EXPECT_EQ(g.raw["checkpoint_format"], "gptq");
+    EXPECT_EQ(g.raw["desc_act"], true);
+    EXPECT_EQ(g.raw["sym"], false);
+    const QuantConfig a = config_of(quant_fixture("autoround_awq_asym_g64"));
+    EXPECT_EQ(a.method, "auto-round");
+    EXPECT_EQ(a.raw["packing_format"], "auto_round:auto_awq");
+    EXPECT_EQ(a.raw["extra_config"]["layer.kept_proj"]["bits"], 16);
+    const QuantConfig f = config_of(quant_fixture("fp8_block"));
+    EXPECT_EQ(f.method, "fp8");
+    EXPECT_EQ(f.raw["weight_block_size"], nlohmann::json::array({128, 128}));
+}
+
+}  // namespace
+}  // namespace grimoire
