@@ -12,4 +12,6 @@ add_test(NAME server_pytest
   WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 set_tests_properties(server_pytest PROPERTIES
   ENVIRONMENT "GRIMOIRE_BIN=$<TARGET_FILE:grimoire>;GRIMOIRE_SHARED=${CMAKE_SOURCE_DIR}/../shared"
-  TIMEOUT 900)
+  TIMEOUT 900
+  # Timing-sensitive (cancellation within a bound, llama-benchy rates): run with nothing beside it.
+  RUN_SERIAL TRUE)
