@@ -3,7 +3,9 @@
 python-side dequant), and the tiny Qwen3 fixture quantized to each format with transformers' fp32 logits of the
 dequantized model (torch/transformers are needed here only; the outputs are committed).
 
-    /work/pyenv/bin/python tools/make_quant_fixtures.py
+    /work/pyenv/bin/python tools/make_quant_fixtures.py [NAME...]
+
+With NAMEs, only those variants are (re)written and the others are left as they are.
 """
 import json
 import os
@@ -30,6 +32,9 @@ LAYER_VARIANTS = {
     "autoround_awq_asym_g64": ["--format", "autoround-awq", "--asym", "--group", "64"],
     "autoround_awq_sym_g128": ["--format", "autoround-awq"],
     "ct_sym_g32": ["--format", "ct", "--group", "32"],
+    "ct_asym_g128": ["--format", "ct", "--asym"],
+    "ct_asym_g64": ["--format", "ct", "--asym", "--group", "64"],
+    "ct_asym_chan": ["--format", "ct", "--asym", "--group", "-1"],
     "fp8_block": ["--format", "fp8-block"],
     "fp8_channel": ["--format", "fp8-channel"],
 }
@@ -85,19 +90,28 @@ def model_reference(src, qdir):
     os.remove(os.path.join(qdir, "dequant.safetensors"))
 
 
-def main():
-    shutil.rmtree(OUT, ignore_errors=True)
-    os.makedirs(OUT)
+def main(only):
+    unknown = set(only) - set(LAYER_VARIANTS) - set(MODEL_VARIANTS)
+    if unknown:
+        sys.exit(f"unknown variants: {sorted(unknown)}")
+    wanted = lambda name: not only or name in only  # noqa: E731
+    if not only:
+        shutil.rmtree(OUT, ignore_errors=True)
+    os.makedirs(OUT, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         random_layer_checkpoint(tmp)
         for name, args in LAYER_VARIANTS.items():
-            qz.main([tmp, os.path.join(OUT, name), "--keep", "kept_proj", "--ref"] + args)
+            if wanted(name):
+                shutil.rmtree(os.path.join(OUT, name), ignore_errors=True)
+                qz.main([tmp, os.path.join(OUT, name), "--keep", "kept_proj", "--ref"] + args)
     src = os.path.join(ROOT, "tests", "fixtures", "qwen3")
     for name, args in MODEL_VARIANTS.items():
-        qz.main([src, os.path.join(OUT, name), "--ref"] + args)
-        model_reference(src, os.path.join(OUT, name))
+        if wanted(name):
+            shutil.rmtree(os.path.join(OUT, name), ignore_errors=True)
+            qz.main([src, os.path.join(OUT, name), "--ref"] + args)
+            model_reference(src, os.path.join(OUT, name))
     subprocess.run(["du", "-sh", OUT])
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

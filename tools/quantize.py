@@ -11,8 +11,10 @@ public exporters (../shared/reference/models-and-formats.md §3):
   autoround-gptq  auto-round `auto_round:auto_gptq` packing: the GPTQ v1 bytes (auto-round's pack does zeros -= 1).
   autoround-awq   auto-round `auto_round:auto_awq`: AutoAWQ GEMM, qweight i32 [K, N/8] and qzeros i32 [G, N/8]
                   packed along N in AWQ_ORDER (0,2,4,6,1,3,5,7), raw zeros, scales f16 [G, N].
-  ct              compressed-tensors pack-quantized W4A16 (symmetric): weight_packed i32 [N, K/8] along K with
-                  value + 8, weight_scale bf16 [N, G], weight_shape i64 [2].
+  ct              compressed-tensors pack-quantized W4A16: weight_packed i32 [N, K/8] along K with value + 8,
+                  weight_scale bf16 [N, G], weight_shape i64 [2]; --asym (`symmetric: false`) adds
+                  weight_zero_point i32 [N/8, G]: the signed zero point + 8 packed ALONG N (pack_to_int32(zp,
+                  packed_dim=0) in compressed_tensors/compressors/pack_quantized).
   fp8-block       DeepSeek-V3 FP8: weight F8_E4M3 [N, K], weight_scale_inv f32 [N/128, K/128] (a multiplier).
   fp8-channel     compressed-tensors float-quantized, strategy channel: weight F8_E4M3, weight_scale f32 [N, 1].
 Quantized: every 2-D `*_proj.weight` (except linear-attention in_proj_a/in_proj_b) whose shape fits the format;
@@ -26,7 +28,6 @@ import os
 import re
 import shutil
 import struct
-import sys
 
 import numpy as np
 
@@ -188,13 +189,20 @@ def write_module(fmt, prefix, W, a, out):
     q, z, s = quantize_int4(W, g_idx, G, not a.asym, "BF16" if fmt == "ct" else "F16", 1 if v1 else 0)
     if fmt == "ct":
         qp = np.zeros((N, -(-K // 8) * 8), np.uint32)
-        qp[:, :K] = q  # sym: q = signed + 8, the offset-binary value compressed-tensors stores
+        qp[:, :K] = q  # q = signed + 8, the offset-binary value compressed-tensors stores
         out[prefix + ".weight_packed"] = ("I32", pack_cols(qp))
         out[prefix + ".weight_scale"] = ("BF16", f32_to_bf16(s.T.copy()))
         out[prefix + ".weight_shape"] = ("I64", np.array([N, K], np.int64))
         uq = unpack_cols(out[prefix + ".weight_packed"][1])[:, :K]
         us = to_f32("BF16", out[prefix + ".weight_scale"][1])
-        return (uq - 8).astype(np.float32) * us[:, g_idx]
+        if not a.asym:
+            return (uq - 8).astype(np.float32) * us[:, g_idx]
+        # z is the unsigned zero (signed zp + 8), exactly the offset-binary nibble; packed along N (rows padded).
+        zp = np.zeros((G, -(-N // 8) * 8), np.uint32)
+        zp[:, :N] = z
+        out[prefix + ".weight_zero_point"] = ("I32", np.ascontiguousarray(pack_cols(zp).T))
+        uz = unpack_cols(np.ascontiguousarray(out[prefix + ".weight_zero_point"][1].T))[:, :N].T  # [N, G]
+        return ((uq - 8) - (uz[:, g_idx] - 8)).astype(np.float32) * us[:, g_idx]
     if fmt == "autoround-awq":
         out[prefix + ".qweight"] = ("I32", pack_cols(q.T, AWQ_ORDER))
         out[prefix + ".qzeros"] = ("I32", pack_cols(z, AWQ_ORDER))
@@ -238,7 +246,7 @@ def quant_config(fmt, a, kept):
     if fmt == "ct":
         return {"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
                 "config_groups": {"group_0": {"targets": ["Linear"], "format": "pack-quantized",
-                                              "weights": {"num_bits": 4, "type": "int", "symmetric": True,
+                                              "weights": {"num_bits": 4, "type": "int", "symmetric": not a.asym,
                                                           "strategy": "group" if g != -1 else "channel",
                                                           "group_size": g if g != -1 else None,
                                                           "dynamic": False, "actorder": None, "observer": "minmax"},
@@ -269,8 +277,6 @@ def main(argv=None):
     ap.add_argument("--keep", default=None, help="regex of module names left unquantized")
     ap.add_argument("--ref", action="store_true", help="also write dequant.safetensors")
     a = ap.parse_args(argv)
-    if a.format == "ct" and a.asym:
-        sys.exit("ct: only the symmetric pack-quantized W4A16 scheme is written")
     os.makedirs(a.dst, exist_ok=True)
     tensors = {}
     for fn in sorted(os.listdir(a.src)):

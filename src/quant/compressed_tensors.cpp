@@ -5,7 +5,10 @@
 //   weight_scale [N, G] (bf16/fp16; note: [out, groups], the transpose of GPTQ's scales);
 //   weight_shape i64/i32 [2] = (N, K); optional weight_g_idx i32 [K] (actorder "group").
 // W[n, k] = (stored - 8) * scale[n, g(k)]: the canonical INT4 form with zero point 8.
-// Symmetric only: asymmetric pack-quantized (weight_zero_point) is refused with the tensor named.
+// Asymmetric (`symmetric: false`, group or channel strategy): weight_zero_point i32 [ceil(N/8), G] holds the
+// signed zero point z in [-8, 7] packed ALONG N (pack_to_int32(zp, 4, packed_dim=0): zero of row 8r+j in bits
+// 4j..4j+3 of word [r, g]), also offset by +8. The library dequantizes (q_signed - z) * scale, which is
+// (stored_q - stored_z) * scale: the stored nibble is the canonical real zero point as it is.
 #include <regex>
 
 #include "core/error.h"
@@ -47,8 +50,16 @@ std::unique_ptr<Linear> probe_compressed_tensors(
         if (args.value("num_bits", 4) != 4) fail(*wp, "only 4-bit pack-quantized is supported");
         if (args.value("type", std::string("int")) != "int") fail(*wp, "only type int is supported");
     }
-    if (const TensorInfo* zp = ckpt.find(prefix + ".weight_zero_point"))
-        fail(*zp, "asymmetric pack-quantized (weight_zero_point) is not supported");
+    const TensorInfo* zp = ckpt.find(prefix + ".weight_zero_point");
+    const bool has_sym = args.is_object() && args.contains("symmetric") && args["symmetric"].is_boolean();
+    const bool sym = !has_sym || args["symmetric"].get<bool>();
+    if (zp && sym && has_sym)
+        fail(*zp, "stored, but the config says symmetric: true");
+    if (!zp && !sym) fail(*wp, "config says symmetric: false but there is no weight_zero_point tensor");
+    if (zp && args.is_object() && args.contains("strategy") && args["strategy"] != "group" &&
+        args["strategy"] != "channel")
+        fail(*zp, "asymmetric pack-quantized is supported for group and channel strategies only, not " +
+                      args["strategy"].dump());
     const TensorInfo* sc = ckpt.find(prefix + ".weight_scale");
     const TensorInfo* ws = ckpt.find(prefix + ".weight_shape");
     if (!sc || !ws) fail(*wp, "has no companion " + std::string(!sc ? "weight_scale" : "weight_shape") + " tensor");
@@ -64,6 +75,8 @@ std::unique_ptr<Linear> probe_compressed_tensors(
     if (sc->shape.size() != 2 || sc->shape[0] != N || sc->shape[1] < 1 || sc->shape[1] > K)
         fail(*sc, "expected shape [" + std::to_string(N) + ", groups], found " + shape_str(sc->shape));
     const int64_t G = sc->shape[1];
+    if (G != 1 && args.is_object() && args.value("strategy", nlohmann::json()) == "channel")
+        fail(*sc, "has " + std::to_string(G) + " groups but the config's strategy is channel (1 group)");
 
     Int4Host h;
     h.N = N, h.K = K, h.G = G;
@@ -72,7 +85,19 @@ std::unique_ptr<Linear> probe_compressed_tensors(
     h.scales.resize(static_cast<size_t>(G * N));
     for (int64_t n = 0; n < N; ++n)
         for (int64_t g = 0; g < G; ++g) h.scales[static_cast<size_t>(g * N + n)] = s[static_cast<size_t>(n * G + g)];
-    h.zeros.assign(static_cast<size_t>(G * N), 8);
+    if (zp) {
+        // Packed along N: the words of group g are column g of [ceil(N/8), G].
+        expect_shape(*zp, {(N + 7) / 8, G});
+        const std::vector<int32_t> zw = read_i32(*zp);
+        h.zeros.resize(static_cast<size_t>(G * N));
+        for (int64_t g = 0; g < G; ++g)
+            for (int64_t n = 0; n < N; ++n) {
+                const uint32_t w = static_cast<uint32_t>(zw[static_cast<size_t>((n / 8) * G + g)]);
+                h.zeros[static_cast<size_t>(g * N + n)] = static_cast<int32_t>((w >> (4 * (n % 8))) & 0xF);
+            }
+    } else {
+        h.zeros.assign(static_cast<size_t>(G * N), 8);
+    }
     if (const TensorInfo* gi = ckpt.find(prefix + ".weight_g_idx")) {
         expect_shape(*gi, {K});
         h.g_idx = read_i32(*gi);
@@ -97,9 +122,11 @@ std::unique_ptr<Linear> probe_compressed_tensors(
             const uint32_t w = static_cast<uint32_t>(words[static_cast<size_t>(n * KW + k / 8)]);
             h.q[static_cast<size_t>(n * K + k)] = static_cast<uint8_t>((w >> (4 * (k % 8))) & 0xF);
         }
-    const size_t bytes = wp->nbytes + sc->nbytes;
+    const size_t bytes = wp->nbytes + sc->nbytes + (zp ? zp->nbytes : 0);
     Tensor bias = load_bias(be, ckpt, prefix, N, allow_bias);
-    return make_int4_linear(std::move(h), bias, "compressed-tensors int4 g" + std::to_string((K + G - 1) / G), bytes);
+    return make_int4_linear(std::move(h), bias,
+                            "compressed-tensors int4 g" + std::to_string((K + G - 1) / G) + (zp ? " asym" : ""),
+                            bytes);
 }
 
 }  // namespace grimoire

@@ -89,6 +89,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantLayer,
                          ::testing::Values("gptq_sym_g128", "gptq_asym_g32_actorder", "gptq_v2_asym_g64",
                                            "gptq_v2_sym_actorder_chan", "autoround_gptq_asym_g128",
                                            "autoround_awq_asym_g64", "autoround_awq_sym_g128", "ct_sym_g32",
+                                           "ct_asym_g128", "ct_asym_g64", "ct_asym_chan",
                                            "fp8_block", "fp8_channel"));
 
 TEST(QuantFormats, FormatNamesSayWhatWasDecoded) {
@@ -103,6 +104,8 @@ TEST(QuantFormats, FormatNamesSayWhatWasDecoded) {
     EXPECT_EQ(fmt("autoround_gptq_asym_g128", "layer.q_proj"), "gptq int4 g128");
     EXPECT_EQ(fmt("autoround_awq_asym_g64", "layer.q_proj"), "awq int4 g64");
     EXPECT_EQ(fmt("ct_sym_g32", "layer.q_proj"), "compressed-tensors int4 g32");
+    EXPECT_EQ(fmt("ct_asym_g64", "layer.q_proj"), "compressed-tensors int4 g64 asym");
+    EXPECT_EQ(fmt("ct_asym_chan", "layer.odd_proj"), "compressed-tensors int4 g136 asym");
     EXPECT_EQ(fmt("fp8_block", "layer.odd_proj"), "fp8 e4m3 128x128");
     EXPECT_EQ(fmt("fp8_channel", "layer.q_proj"), "fp8 e4m3 per-channel");
 }
@@ -166,6 +169,23 @@ TEST(QuantFormats, UnsupportedCombinationsAreRefusedNamingTheTensor) {
                                  c["quantization_config"]["config_groups"]["group_0"]["weights"]["num_bits"] = 8;
                              }),
                  "layer.q_proj", "4-bit");
+    // compressed-tensors asymmetric: the zero-point tensor and the config's `symmetric` must agree.
+    auto ct_weights = [](auto& c) -> nlohmann::json& {
+        return c["quantization_config"]["config_groups"]["group_0"]["weights"];
+    };
+    expect_error(with_config("ct_sym_g32", [&](auto& c) { ct_weights(c)["symmetric"] = false; }), "layer.q_proj",
+                 "no weight_zero_point");
+    expect_error(with_config("ct_asym_g64", [&](auto& c) { ct_weights(c)["symmetric"] = true; }),
+                 "layer.q_proj", "symmetric: true");
+    expect_error(with_config("ct_asym_g64", [&](auto& c) { ct_weights(c)["strategy"] = "tensor"; }),
+                 "layer.q_proj", "group and channel");
+    // Scales and zero points for 64-column groups under a channel config.
+    expect_error(with_config("ct_asym_g64",
+                             [&](auto& c) {
+                                 ct_weights(c)["strategy"] = "channel";
+                                 ct_weights(c)["group_size"] = nullptr;
+                             }),
+                 "layer.q_proj", "strategy is channel");
 }
 
 }  // namespace
