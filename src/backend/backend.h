@@ -92,6 +92,40 @@ public:
     // out [T, N] = x [T, K] @ w[N, K]^T for a plain (BF16/F16/F32) weight; used by the BF16 Linear.
     virtual void matmul(const Tensor& x, const Tensor& w, Tensor& out) = 0;
     virtual void add_bias(Tensor& x, const Tensor& bias) = 0;  // x [T, N] += bias [N]
+
+    // ---- fused ops (decode speed, issue 4) ----
+    // Each equals the sequence of the ops above named in its comment: the CPU backend runs exactly that
+    // sequence (it is the oracle), the CUDA backend fewer, larger kernels (a decode step launches each kernel
+    // separately, so launches, not bytes, were a quarter of the step).
+    //
+    // x += y, then out = rmsnorm(x): add(x, y, x); rmsnorm(x, w, eps, kind, out). x, y, out [R, D]; w [D].
+    virtual void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out) = 0;
+    // The gated attention of Qwen3.5 / Qwen3-Next between the projections and o_proj. qg [T, Hq * 2D] holds per
+    // head [query | gate]; k, v [T, Hkv * D]. Sequence: copy_cols the query and the gate out of qg seen as
+    // [T * Hq, 2D]; rmsnorm (PLUS_ONE, eps) the query with q_norm [D] and k with k_norm [D]; rope both at
+    // positions [T] I32 (which must hold n_past + t); attention with the caches at n_past and `scale` into
+    // out [T, Hq * D]; mul_sigmoid(out, gate). k is overwritten (normalised and rotated).
+    virtual void gated_attention_core(const Tensor& qg, Tensor& k, const Tensor& v, const Tensor& q_norm,
+                                      const Tensor& k_norm, float eps, const Tensor& positions, const RopeParams& rope,
+                                      Tensor& k_cache, Tensor& v_cache, int64_t n_past, float scale, Tensor& out) = 0;
+    // The Gated DeltaNet of Qwen3.5 between the projections and out_proj. mixed [T, C] holds the pre-conv
+    // q | k | v (C = 2 Hk dk + Hv dv, Hk = n_k_heads; Hv, dk, dv from state [Hv, dk, dv] F32). Sequence:
+    // conv1d_silu(mixed, conv_w [C, K], conv_state [K-1, C]); copy_cols q, k, v; gated_delta_rule with a, b
+    // [T, Hv], A_log, dt_bias [Hv] and state; rmsnorm_gated per value head (rows of dv) with z [T, Hv * dv] and
+    // norm_w [dv] into out [T, Hv * dv].
+    virtual void gdn_core(const Tensor& mixed, const Tensor& conv_w, Tensor& conv_state, const Tensor& a,
+                          const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& state, const Tensor& z,
+                          const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out) = 0;
+
+protected:
+    // The unfused sequences above, through this backend's own ops with act_dtype() scratch (backend_fused.cpp):
+    // the CPU backend's implementation of the fused ops, and the CUDA backend's for prompts.
+    void gated_attention_core_unfused(const Tensor& qg, Tensor& k, const Tensor& v, const Tensor& q_norm,
+                                      const Tensor& k_norm, float eps, const Tensor& positions, const RopeParams& rope,
+                                      Tensor& k_cache, Tensor& v_cache, int64_t n_past, float scale, Tensor& out);
+    void gdn_core_unfused(const Tensor& mixed, const Tensor& conv_w, Tensor& conv_state, const Tensor& a,
+                          const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& state, const Tensor& z,
+                          const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out);
 };
 
 // The CPU oracle backend (always available).

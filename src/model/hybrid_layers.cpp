@@ -99,26 +99,16 @@ void gated_attention_forward(Backend& be, const GatedAttentionWeights& w, const 
                              const Tensor& positions, LayerState& st, int64_t n_past, Tensor& out) {
     const int64_t T = x.rows(), D = c.head_dim, Hq = c.n_heads, Hkv = c.n_kv_heads;
     const DType act = be.act_dtype();
+    // Per head the 2D outputs of q_proj are [query | gate]; gated_attention_core splits them.
     Tensor qg = be.scratch(act, {T, 2 * Hq * D});
+    Tensor k = be.scratch(act, {T, Hkv * D}), v = be.scratch(act, {T, Hkv * D});
     w.q->forward(be, x, qg);
-    // Per head the 2D outputs are [query | gate]: seen as [T * Hq, 2D], the two are column ranges.
-    Tensor qg_rows = qg.view({T * Hq, 2 * D});
-    Tensor q = be.scratch(act, {T * Hq, D}), gate = be.scratch(act, {T * Hq, D});
-    be.copy_cols(qg_rows, 0, q);
-    be.copy_cols(qg_rows, D, gate);
-    Tensor k = be.scratch(act, {T * Hkv, D}), v = be.scratch(act, {T * Hkv, D});
-    Tensor k2 = k.view({T, Hkv * D}), v2 = v.view({T, Hkv * D});
-    w.k->forward(be, x, k2);
-    w.v->forward(be, x, v2);
-    be.rmsnorm(q, w.q_norm, c.norm_eps, NormKind::PLUS_ONE, q);
-    be.rmsnorm(k, w.k_norm, c.norm_eps, NormKind::PLUS_ONE, k);
-    Tensor q3 = q.view({T, Hq, D}), k3 = k.view({T, Hkv, D}), v3 = v.view({T, Hkv, D});
-    be.rope(q3, positions, c.rope);
-    be.rope(k3, positions, c.rope);
-    Tensor att = be.scratch(act, {T, Hq, D});
-    be.attention(q3, k3, v3, st.k_cache, st.v_cache, n_past, 1.0f / std::sqrt(static_cast<float>(D)), att);
-    be.mul_sigmoid(att, gate.view({T, Hq, D}));
-    w.o->forward(be, att.view({T, Hq * D}), out);
+    w.k->forward(be, x, k);
+    w.v->forward(be, x, v);
+    Tensor att = be.scratch(act, {T, Hq * D});
+    be.gated_attention_core(qg, k, v, w.q_norm, w.k_norm, c.norm_eps, positions, c.rope, st.k_cache, st.v_cache,
+                            n_past, 1.0f / std::sqrt(static_cast<float>(D)), att);
+    w.o->forward(be, att, out);
 }
 
 // ---- Gated DeltaNet ----
@@ -148,7 +138,7 @@ GdnWeights load_gdn(WeightLoader& wl, const std::string& prefix, const GdnConfig
 }
 
 void gdn_forward(Backend& be, const GdnWeights& w, const GdnConfig& c, const Tensor& x, LayerState& st, Tensor& out) {
-    const int64_t T = x.rows(), C = c.conv_channels(), Hk = c.n_k_heads, Hv = c.n_v_heads;
+    const int64_t T = x.rows(), C = c.conv_channels(), Hv = c.n_v_heads;
     const DType act = be.act_dtype();
     Tensor mixed = be.scratch(act, {T, C});
     Tensor z = be.scratch(act, {T, c.value_size()});
@@ -157,20 +147,11 @@ void gdn_forward(Backend& be, const GdnWeights& w, const GdnConfig& c, const Ten
     w.z->forward(be, x, z);
     w.b->forward(be, x, b);
     w.a->forward(be, x, a);
-    Tensor conv = be.scratch(act, {T, C});
-    be.conv1d_silu(mixed, w.conv, st.conv_state, conv);
-    Tensor q = be.scratch(act, {T, c.key_size()}), k = be.scratch(act, {T, c.key_size()});
-    Tensor v = be.scratch(act, {T, c.value_size()});
-    be.copy_cols(conv, 0, q);
-    be.copy_cols(conv, c.key_size(), k);
-    be.copy_cols(conv, 2 * c.key_size(), v);
-    Tensor o = be.scratch(act, {T, Hv, c.v_dim});
-    be.gated_delta_rule(q.view({T, Hk, c.k_dim}), k.view({T, Hk, c.k_dim}), v.view({T, Hv, c.v_dim}), a, b, w.A_log,
-                        w.dt_bias, st.recurrent_state, o);
-    // Gated RMSNorm per value head (over dv): w * norm(o) * silu(z).
-    Tensor normed = be.scratch(act, {T * Hv, c.v_dim});
-    be.rmsnorm_gated(o.view({T * Hv, c.v_dim}), z.view({T * Hv, c.v_dim}), w.norm, c.norm_eps, normed);
-    w.out->forward(be, normed.view({T, c.value_size()}), out);
+    // conv + SiLU, the q | k | v split, the recurrence and the gated RMSNorm per value head (over dv).
+    Tensor normed = be.scratch(act, {T, c.value_size()});
+    be.gdn_core(mixed, w.conv, st.conv_state, a, b, w.A_log, w.dt_bias, st.recurrent_state, z, w.norm, c.norm_eps,
+                c.n_k_heads, normed);
+    w.out->forward(be, normed, out);
 }
 
 // ---- config ----
@@ -249,17 +230,13 @@ void read_hybrid_config(const ConfigReader& cfg, const ConfigReader& root, Hybri
 
 // ---- the hybrid decoder ----
 
-class HybridDecoder final : public Model {
+class HybridDecoder final : public StackedDecoder {
 public:
     HybridDecoder(Backend& be, const Checkpoint& ckpt, const QuantConfig& qc, const HybridConfig& c, ModelInfo info)
-        : c_(c) {
-        be_ = &be;
-        info_ = std::move(info);
-        info_.n_params = 0;
-        info_.weight_bytes = 0;
+        : StackedDecoder(be, std::move(info)), c_(c) {
         WeightLoader wl(be, ckpt, qc, info_);
         const int64_t H = c.attn.hidden;
-        embed_ = wl.matrix(c.prefix + "embed_tokens.weight", {c.vocab, H});
+        load_embedding(wl, c.prefix, c.vocab, H);
         layers_.resize(static_cast<size_t>(c.n_layers));
         for (int64_t i = 0; i < c.n_layers; ++i) {
             const std::string p = c.prefix + "layers." + std::to_string(i) + ".";
@@ -273,11 +250,7 @@ public:
             l.post_norm = wl.vector_f32(p + "post_attention_layernorm.weight", H);
             l.mlp = load_mlp(wl, p + "mlp", H, c.intermediate, false);
         }
-        final_norm_ = wl.vector_f32(c.prefix + "norm.weight", H);
-        if (c.tie_embeddings || !wl.has("lm_head.weight"))
-            lm_head_ = make_dense_linear(be, embed_, Tensor{});
-        else
-            lm_head_ = wl.linear("lm_head", H, c.vocab, false);
+        load_head(wl, c.prefix, c.vocab, H, c.tie_embeddings);
         load_mtp(wl);
     }
 
@@ -307,25 +280,22 @@ public:
     void forward(SequenceState& st, std::span<const int32_t> tokens, int64_t n_logits,
                  std::vector<float>& logits) override {
         Backend& be = *be_;
-        const int64_t T = static_cast<int64_t>(tokens.size()), H = c_.attn.hidden, n_past = st.n_past;
+        const int64_t n_past = st.n_past;
         ForwardInputs in = begin_forward(be, st, tokens, n_logits, embed_);
-        Tensor& x = in.x;  // the residual stream
-        Tensor h = be.scratch(be.act_dtype(), {T, H}), y = be.scratch(be.act_dtype(), {T, H});
-        const float eps = c_.attn.norm_eps;
-        for (size_t i = 0; i < layers_.size(); ++i) {
+        StackOps ops;
+        ops.in_norm = [&](size_t i) -> const Tensor& { return layers_[i].in_norm; };
+        ops.post_norm = [&](size_t i) -> const Tensor& { return layers_[i].post_norm; };
+        ops.mixer = [&](size_t i, const Tensor& h, Tensor& y) {
             const Layer& l = layers_[i];
-            be.rmsnorm(x, l.in_norm, eps, NormKind::PLUS_ONE, h);
             if (l.linear)
                 gdn_forward(be, l.gdn, c_.gdn, h, st.layers[i], y);
             else
                 gated_attention_forward(be, l.attn, c_.attn, h, in.positions, st.layers[i], n_past, y);
-            be.add(x, y, x);
-            be.rmsnorm(x, l.post_norm, eps, NormKind::PLUS_ONE, h);
-            mlp_forward(be, l.mlp, h, y);
-            be.add(x, y, x);
-        }
-        st.n_past += T;
-        final_logits(be, x, final_norm_, eps, NormKind::PLUS_ONE, *lm_head_, n_logits, logits);
+        };
+        ops.mlp = [&](size_t i, const Tensor& h, Tensor& y) { mlp_forward(be, layers_[i].mlp, h, y); };
+        run_stack(in.x, layers_.size(), c_.attn.norm_eps, NormKind::PLUS_ONE, ops);
+        st.n_past += static_cast<int64_t>(tokens.size());
+        final_logits(be, in.x, final_norm_, c_.attn.norm_eps, NormKind::PLUS_ONE, *lm_head_, n_logits, logits);
     }
 
     const MtpWeights* mtp() const { return mtp_.get(); }
@@ -362,10 +332,7 @@ private:
         MlpWeights mlp;
     };
     HybridConfig c_;
-    Tensor embed_;  // [V, H]
     std::vector<Layer> layers_;
-    Tensor final_norm_;  // [H] F32, (1+w)
-    std::unique_ptr<Linear> lm_head_;
     std::unique_ptr<MtpWeights> mtp_;
 };
 

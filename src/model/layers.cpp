@@ -172,25 +172,61 @@ void final_logits(Backend& be,
     }
 }
 
+// ---- StackedDecoder ----
+
+StackedDecoder::StackedDecoder(Backend& be, ModelInfo info) {
+    be_ = &be;
+    info_ = std::move(info);
+    info_.n_params = 0;
+    info_.weight_bytes = 0;
+}
+
+void StackedDecoder::load_embedding(WeightLoader& wl, const std::string& prefix, int64_t vocab, int64_t hidden) {
+    embed_ = wl.matrix(prefix + "embed_tokens.weight", {vocab, hidden});
+}
+
+void StackedDecoder::load_head(WeightLoader& wl, const std::string& prefix, int64_t vocab, int64_t hidden,
+                               bool tie) {
+    final_norm_ = wl.vector_f32(prefix + "norm.weight", hidden);
+    // Published tied checkpoints omit lm_head.weight; some keep a copy anyway, which we then ignore.
+    if (tie || !wl.has("lm_head.weight"))
+        lm_head_ = make_dense_linear(*be_, embed_, Tensor{});
+    else
+        lm_head_ = wl.linear("lm_head", hidden, vocab, false);
+}
+
+void StackedDecoder::run_stack(Tensor& x, size_t n, float eps, NormKind kind, const StackOps& ops) const {
+    Backend& be = *be_;
+    const int64_t T = x.rows(), H = x.cols();
+    Tensor h = be.scratch(be.act_dtype(), {T, H}), y = be.scratch(be.act_dtype(), {T, H});
+    if (n == 0) return;
+    be.rmsnorm(x, ops.in_norm(0), eps, kind, h);
+    for (size_t i = 0; i < n; ++i) {
+        ops.mixer(i, h, y);
+        be.add_rmsnorm(x, y, ops.post_norm(i), eps, kind, h);
+        ops.mlp(i, h, y);
+        if (i + 1 < n)
+            be.add_rmsnorm(x, y, ops.in_norm(i + 1), eps, kind, h);
+        else
+            be.add(x, y, x);
+    }
+}
+
 // ---- DenseDecoder ----
 
 namespace {
 
-class DenseDecoder final : public Model {
+class DenseDecoder final : public StackedDecoder {
   public:
     DenseDecoder(Backend& be,
                  const Checkpoint& ckpt,
                  const QuantConfig& qc,
                  const DenseDecoderConfig& c,
                  ModelInfo info)
-        : c_(c) {
-        be_ = &be;
-        info_ = std::move(info);
-        info_.n_params = 0;
-        info_.weight_bytes = 0;
+        : StackedDecoder(be, std::move(info)), c_(c) {
         WeightLoader wl(be, ckpt, qc, info_);
         const int64_t H = c.attn.hidden;
-        embed_ = wl.matrix(c.prefix + "embed_tokens.weight", {c.vocab, H});
+        load_embedding(wl, c.prefix, c.vocab, H);
         layers_.resize(static_cast<size_t>(c.n_layers));
         for (int64_t i = 0; i < c.n_layers; ++i) {
             const std::string p = c.prefix + "layers." + std::to_string(i) + ".";
@@ -200,12 +236,7 @@ class DenseDecoder final : public Model {
             l.mlp_norm = wl.vector_f32(p + "post_attention_layernorm.weight", H);
             l.mlp = load_mlp(wl, p + "mlp", H, c.intermediate, c.mlp_bias);
         }
-        final_norm_ = wl.vector_f32(c.prefix + "norm.weight", H);
-        // Published tied checkpoints omit lm_head.weight; some keep a copy anyway, which we then ignore.
-        if (c.tie_embeddings || !wl.has("lm_head.weight"))
-            lm_head_ = make_dense_linear(be, embed_, Tensor{});
-        else
-            lm_head_ = wl.linear("lm_head", H, c.vocab, false);
+        load_head(wl, c.prefix, c.vocab, H, c.tie_embeddings);
     }
 
     std::unique_ptr<SequenceState> new_state(int64_t max_ctx) override {
@@ -225,23 +256,18 @@ class DenseDecoder final : public Model {
                  int64_t n_logits,
                  std::vector<float>& logits) override {
         Backend& be = *be_;
-        const int64_t T = static_cast<int64_t>(tokens.size()), H = c_.attn.hidden, n_past = st.n_past;
-        const DType act = be.act_dtype();
+        const int64_t n_past = st.n_past;
         ForwardInputs in = begin_forward(be, st, tokens, n_logits, embed_);
-        Tensor& x = in.x;  // the residual stream
-        const Tensor& pos = in.positions;
-        Tensor h = be.scratch(act, {T, H}), y = be.scratch(act, {T, H});
-        for (size_t i = 0; i < layers_.size(); ++i) {
-            const Layer& l = layers_[i];
-            be.rmsnorm(x, l.attn_norm, c_.attn.norm_eps, NormKind::PLAIN, h);
-            attention_forward(be, l.attn, c_.attn, h, pos, st.layers[i], n_past, y);
-            be.add(x, y, x);
-            be.rmsnorm(x, l.mlp_norm, c_.attn.norm_eps, NormKind::PLAIN, h);
-            mlp_forward(be, l.mlp, h, y);
-            be.add(x, y, x);
-        }
-        st.n_past += T;
-        final_logits(be, x, final_norm_, c_.attn.norm_eps, NormKind::PLAIN, *lm_head_, n_logits, logits);
+        StackOps ops;
+        ops.in_norm = [&](size_t i) -> const Tensor& { return layers_[i].attn_norm; };
+        ops.post_norm = [&](size_t i) -> const Tensor& { return layers_[i].mlp_norm; };
+        ops.mixer = [&](size_t i, const Tensor& h, Tensor& y) {
+            attention_forward(be, layers_[i].attn, c_.attn, h, in.positions, st.layers[i], n_past, y);
+        };
+        ops.mlp = [&](size_t i, const Tensor& h, Tensor& y) { mlp_forward(be, layers_[i].mlp, h, y); };
+        run_stack(in.x, layers_.size(), c_.attn.norm_eps, NormKind::PLAIN, ops);
+        st.n_past += static_cast<int64_t>(tokens.size());
+        final_logits(be, in.x, final_norm_, c_.attn.norm_eps, NormKind::PLAIN, *lm_head_, n_logits, logits);
     }
 
   private:
@@ -251,10 +277,7 @@ class DenseDecoder final : public Model {
         MlpWeights mlp;
     };
     DenseDecoderConfig c_;
-    Tensor embed_;  // [V, H]
     std::vector<Layer> layers_;
-    Tensor final_norm_;  // [H] F32
-    std::unique_ptr<Linear> lm_head_;
 };
 
 }  // namespace

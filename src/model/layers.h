@@ -5,6 +5,7 @@
 // blocks, so each arch file reads its config and fills a DenseDecoderConfig.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -118,6 +119,34 @@ void final_logits(Backend& be,
                   const Linear& lm_head,
                   int64_t n_logits,
                   std::vector<float>& logits);
+
+// ---- what every decoder here shares ----
+
+// The two ends of a decoder's weights and its residual stack, shared by DenseDecoder and HybridDecoder.
+// The constructor resets info's parameter counts, which the WeightLoader then accumulates.
+class StackedDecoder : public Model {
+  protected:
+    StackedDecoder(Backend& be, ModelInfo info);
+    // `prefix`embed_tokens.weight [vocab, H].
+    void load_embedding(WeightLoader& wl, const std::string& prefix, int64_t vocab, int64_t hidden);
+    // `prefix`norm.weight and lm_head (the embedding when tied or when lm_head.weight is absent).
+    void load_head(WeightLoader& wl, const std::string& prefix, int64_t vocab, int64_t hidden, bool tie);
+
+    // The layer i's two pre-norm weights [H] F32 and its blocks: mixer(i, h, y) and mlp(i, h, y) write
+    // y [T, H] from the normalised h [T, H].
+    struct StackOps {
+        std::function<const Tensor&(size_t i)> in_norm, post_norm;
+        std::function<void(size_t i, const Tensor& h, Tensor& y)> mixer, mlp;
+    };
+    // Runs n pre-norm residual layers over the stream x [T, H] act: h = norm_in(x); x += mixer(h);
+    // h = norm_post(x); x += mlp(h). Each residual add is fused with the norm after it (add_rmsnorm); the
+    // last stays a plain add (final_logits normalises only the rows it needs).
+    void run_stack(Tensor& x, size_t n, float eps, NormKind kind, const StackOps& ops) const;
+
+    Tensor embed_;       // [V, H]
+    Tensor final_norm_;  // [H] F32
+    std::unique_ptr<Linear> lm_head_;
+};
 
 // ---- the dense decoder (Llama, Qwen2, Qwen3) ----
 

@@ -310,4 +310,25 @@ void CpuBackend::add_bias(Tensor& x, const Tensor& bias) {
     cpu::add_bias(x.ptr<float>(), param_f32(bias, tmp), x.rows(), N);
 }
 
+// ---- fused ops: the unfused sequences themselves ----
+
+void CpuBackend::add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out) {
+    add(x, y, x);
+    rmsnorm(x, w, eps, kind, out);
+}
+
+void CpuBackend::gated_attention_core(const Tensor& qg, Tensor& k, const Tensor& v, const Tensor& q_norm,
+                                      const Tensor& k_norm, float eps, const Tensor& positions,
+                                      const RopeParams& rope_p, Tensor& k_cache, Tensor& v_cache, int64_t n_past,
+                                      float scale, Tensor& out) {
+    gated_attention_core_unfused(qg, k, v, q_norm, k_norm, eps, positions, rope_p, k_cache, v_cache, n_past, scale,
+                                 out);
+}
+
+void CpuBackend::gdn_core(const Tensor& mixed, const Tensor& conv_w, Tensor& conv_state, const Tensor& a,
+                          const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& state, const Tensor& z,
+                          const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out) {
+    gdn_core_unfused(mixed, conv_w, conv_state, a, b, A_log, dt_bias, state, z, norm_w, eps, n_k_heads, out);
+}
+
 }  // namespace grimoire

@@ -60,6 +60,15 @@ public:
     void matmul(const Tensor& x, const Tensor& w, Tensor& out) override;
     void add_bias(Tensor& x, const Tensor& bias) override;
 
+    // ---- fused ops: exactly the unfused sequences of backend.h (the oracle for the CUDA kernels) ----
+    void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out) override;
+    void gated_attention_core(const Tensor& qg, Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
+                              float eps, const Tensor& positions, const RopeParams& rope, Tensor& k_cache,
+                              Tensor& v_cache, int64_t n_past, float scale, Tensor& out) override;
+    void gdn_core(const Tensor& mixed, const Tensor& conv_w, Tensor& conv_state, const Tensor& a, const Tensor& b,
+                  const Tensor& A_log, const Tensor& dt_bias, Tensor& state, const Tensor& z, const Tensor& norm_w,
+                  float eps, int64_t n_k_heads, Tensor& out) override;
+
 private:
     struct Chunk {
         void* data = nullptr;

@@ -448,6 +448,73 @@ void CudaBackend::sample(const Tensor& logits, const Tensor& uniform, float temp
                    [=](cudaStream_t s) mutable { cuda::sample(logits, uniform, temperature, top_k, top_p, o, s); });
 }
 
+// ---------------------------------------------------------------- fused ops (issue 4)
+
+namespace {
+// Keys of the fused ops' recorded launches (apart from the Op enum above, whose order is left alone).
+constexpr uint64_t OP_ADD_RMS = 1001, OP_GATTN = 1002, OP_GDN_CORE = 1003;
+}  // namespace
+
+void CudaBackend::add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out) {
+    Tensor t = x, o = out;
+    graph_->record(cuda::KeyHasher().add(OP_ADD_RMS).add(t).add(y).add(w).addf(eps).add(static_cast<uint64_t>(kind)).add(o).h,
+                   [=](cudaStream_t s) mutable { cuda::add_rmsnorm(t, y, w, eps, kind, o, s); });
+}
+
+void CudaBackend::gated_attention_core(const Tensor& qg, Tensor& k, const Tensor& v, const Tensor& q_norm,
+                                       const Tensor& k_norm, float eps, const Tensor& positions,
+                                       const RopeParams& rope_p, Tensor& k_cache, Tensor& v_cache, int64_t n_past,
+                                       float scale, Tensor& out) {
+    if (k_cache.ndim != 3 || k_cache.dim(2) == 0) throw Error("cuda gated_attention_core: k_cache must be [max_ctx, Hkv, D]");
+    const int64_t T = qg.rows(), D = k_cache.dim(2);
+    if (T == 0) return;
+    if (n_past < 0 || n_past + T > k_cache.dim(0))
+        throw Error("cuda gated_attention_core: KV cache overflow (n_past " + std::to_string(n_past) + " + T " +
+                    std::to_string(T) + " > " + std::to_string(k_cache.dim(0)) + ")");
+    if (qg.numel() % (T * 2 * D) != 0) throw Error("cuda gated_attention_core: qg is not [T, Hq * 2D]");
+    const int64_t Hq = qg.numel() / (T * 2 * D);
+    if (T > 1) {  // a prompt: the unfused sequence (its kernels are large; launches do not matter here)
+        gated_attention_core_unfused(qg, k, v, q_norm, k_norm, eps, positions, rope_p, k_cache, v_cache, n_past, scale,
+                                     out);
+        return;
+    }
+    Tensor q_ws = scratch(act_, {Hq, D});
+    Tensor kc = k_cache, vc = v_cache, o = out;
+    void* ws = attn_ws_;
+    const size_t wsb = attn_ws_bytes_;
+    cuda::KeyHasher key;
+    key.add(OP_GATTN).add(qg).add(k).add(v).add(q_norm).add(k_norm).addf(eps).add(positions).add(kc).add(vc);
+    key.add(q_ws).add(o).addf(scale).add(static_cast<uint64_t>(rope_p.rot_dim)).add(static_cast<uint64_t>(rope_p.neox));
+    key.addf(rope_p.attn_factor);
+    for (float f : rope_p.inv_freq) key.addf(f);
+    // The position (and so the length) is read from positions[0] on the device: no per-step slot.
+    graph_->record(key.h, [=](cudaStream_t s) mutable {
+        cuda::gated_attention_decode(qg, k, v, q_norm, k_norm, eps, positions, rope_p, kc, vc, scale, q_ws, ws, wsb, o, s);
+    });
+}
+
+void CudaBackend::gdn_core(const Tensor& mixed, const Tensor& conv_w, Tensor& conv_state, const Tensor& a,
+                           const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& state, const Tensor& z,
+                           const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out) {
+    if (state.ndim != 3) throw Error("cuda gdn_core: state must be [Hv, dk, dv]");
+    const int64_t T = mixed.rows(), C = mixed.cols(), Hv = state.dim(0), dk = state.dim(1), dv = state.dim(2);
+    const int64_t Hk = n_k_heads;
+    // A long prompt takes the chunked DeltaNet form, which wants q, k, v apart: the unfused sequence.
+    if (cuda::gated_delta_rule_ws_bytes(T, Hv, dk, dv) > 0) {
+        gdn_core_unfused(mixed, conv_w, conv_state, a, b, A_log, dt_bias, state, z, norm_w, eps, n_k_heads, out);
+        return;
+    }
+    if (Hk <= 0 || C != 2 * Hk * dk + Hv * dv) throw Error("cuda gdn_core: mixed is not [T, 2 Hk dk + Hv dv]");
+    Tensor conv = scratch(act_, {T, C});
+    conv1d_silu(mixed, conv_w, conv_state, conv);
+    Tensor st = state, o = out;
+    graph_->record(cuda::KeyHasher().add(OP_GDN_CORE).add(conv).add(a).add(b).add(A_log).add(dt_bias).add(st).add(z)
+                       .add(norm_w).addf(eps).add(static_cast<uint64_t>(Hk)).add(o).h,
+                   [=](cudaStream_t s) mutable {
+                       cuda::gdn_step_fused(conv, a, b, A_log, dt_bias, st, z, norm_w, eps, Hk, o, s);
+                   });
+}
+
 std::unique_ptr<Backend> make_cuda_backend(std::string* why) {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);

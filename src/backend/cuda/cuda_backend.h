@@ -70,6 +70,16 @@ public:
     void matmul(const Tensor& x, const Tensor& w, Tensor& out) override;
     void add_bias(Tensor& x, const Tensor& bias) override;
 
+    // ---- fused ops (decode: one kernel per op, or two/three for the attention and DeltaNet cores; prompts of
+    // many tokens run the unfused sequence, whose kernels are already large) ----
+    void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out) override;
+    void gated_attention_core(const Tensor& qg, Tensor& k, const Tensor& v, const Tensor& q_norm, const Tensor& k_norm,
+                              float eps, const Tensor& positions, const RopeParams& rope, Tensor& k_cache,
+                              Tensor& v_cache, int64_t n_past, float scale, Tensor& out) override;
+    void gdn_core(const Tensor& mixed, const Tensor& conv_w, Tensor& conv_state, const Tensor& a, const Tensor& b,
+                  const Tensor& A_log, const Tensor& dt_bias, Tensor& state, const Tensor& z, const Tensor& norm_w,
+                  float eps, int64_t n_k_heads, Tensor& out) override;
+
     // ---- CUDA-only ----
     // Greedy / sampled token selection on the device: logits [R, V] -> out [R] I32 (device).
     void argmax(const Tensor& logits, Tensor& out);

@@ -8,11 +8,13 @@
 namespace grimoire::cuda::attn {
 
 // Split-K flash-decoding: a split covers at least kMinKeysPerSplit cache rows and there are at most kMaxSplits,
-// e.g. length 300 -> 3 splits of 100; 4096 -> 32 of 128; 32768 -> 128 of 256. Computed on the device from the
+// e.g. length 300 -> 5 splits of 60; 4096 -> 64 of 64; 32768 -> 128 of 256. Computed on the device from the
 // current length, so a graph captured at one length stays right at every other. (64 splits of >= 256 rows
-// left the 27B's 4 KV heads with 256 latency-bound blocks: 0.21 ms per layer at 32K, 650 GB/s.)
+// left the 27B's 4 KV heads with 256 latency-bound blocks: 0.21 ms per layer at 32K, 650 GB/s. Each warp
+// walks its rows one after another, so at 4K the 27B's 4 KV heads need 64 splits, 256 blocks, to keep every
+// SM busy with short walks; 128 splits of 128 rows had 0.056 ms per layer.)
 constexpr int kMaxSplits = 128;
-constexpr int kMinKeysPerSplit = 128;
+constexpr int kMinKeysPerSplit = 64;
 __host__ __device__ constexpr int num_splits(int64_t len) {
     const int64_t n = (len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
     return static_cast<int>(n < 1 ? 1 : (n > kMaxSplits ? kMaxSplits : n));
@@ -23,9 +25,11 @@ struct Geometry {
 };
 
 // kv_dt/q_dt/o_dt are the dtype codes of common.cuh. `ws` holds Hq * kMaxSplits * (D + 2) floats.
+// With `gate` (Backend::gated_attention_core) the merge multiplies head h's output by sigmoid(gate[h *
+// gate_stride + d]) after rounding it to o_dt, as a separate mul_sigmoid would.
 void launch_decode(const void* q, int q_dt, const void* k_cache, const void* v_cache, int kv_dt, const Geometry& g,
                    int64_t n_past, const int* n_past_dev, float scale, float* ws, void* out, int o_dt,
-                   cudaStream_t s);
+                   cudaStream_t s, const void* gate = nullptr, int gate_dt = 0, int64_t gate_stride = 0);
 void launch_prefill(const void* q, int q_dt, const void* k_cache, const void* v_cache, int kv_dt,
                     const Geometry& g, int64_t n_past, const int* n_past_dev, float scale, void* out, int o_dt,
                     cudaStream_t s);

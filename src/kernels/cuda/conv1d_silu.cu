@@ -1,6 +1,7 @@
 // Depthwise causal conv1d (tap K-1 = current token) + SiLU, carrying the last K-1 pre-conv rows in `state`.
 // Every (token, channel) output is independent, so one thread each (a long prefill is not serialised over
-// tokens); a second tiny kernel then shifts the state, after every output has read the old one.
+// tokens); a second tiny kernel then shifts the state, after every output has read the old one. One token
+// (decode) takes a single kernel that does both per channel.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 
@@ -45,8 +46,29 @@ static __global__ void conv_state_kernel(const void* __restrict__ x, int xdt, vo
     }
 }
 
+// One token (decode): thread c computes its channel's output and then shifts that channel's state, which no
+// other thread reads, so the state kernel's separate launch is not needed.
+static __global__ void conv1d_silu_step_kernel(const void* __restrict__ x, int xdt, const void* __restrict__ w,
+                                               int wdt, void* state, int sdt, int64_t C, int K, void* __restrict__ out,
+                                               int odt) {
+    const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (c >= C) return;
+    float rows[kMaxK];
+    for (int j = 0; j < K - 1; ++j) rows[j] = ld(state, sdt, j * C + c);
+    rows[K - 1] = ld(x, xdt, c);
+    float acc = 0.0f;
+    for (int j = 0; j < K; ++j) acc += ld(w, wdt, c * K + j) * rows[j];
+    st(out, odt, c, acc * sigmoidf_(acc));
+    for (int j = 0; j < K - 1; ++j) st(state, sdt, j * C + c, rows[j + 1]);
+}
+
 static void launch_conv1d_silu(const void* x, int xdt, const void* w, int wdt, void* state, int sdt, int64_t T,
                                int64_t C, int K, void* out, int odt, cudaStream_t s) {
+    if (T == 1) {
+        conv1d_silu_step_kernel<<<grid_for(C, 256), 256, 0, s>>>(x, xdt, w, wdt, state, sdt, C, K, out, odt);
+        check_launch("conv1d_silu");
+        return;
+    }
     conv1d_silu_kernel<<<grid_for(T * C, 256), 256, 0, s>>>(x, xdt, w, wdt, state, sdt, T, C, K, out, odt);
     check_launch("conv1d_silu");
     if (K > 1) {

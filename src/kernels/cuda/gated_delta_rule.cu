@@ -7,6 +7,7 @@
 // are reduced across the 4 warps through shared memory.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gdn_impl.h"
+#include "kernels/cuda/gdn_recurrence.cuh"
 #include "kernels/cuda/kernels.h"
 
 namespace grimoire::cuda {
@@ -17,8 +18,6 @@ namespace {
 constexpr int kRowGroups = 4;                     // warps per block, each owning every 4th state row
 constexpr int kMaxDk = 128;                       // rows per thread <= kMaxDk / kRowGroups
 constexpr int kRowsPerThread = kMaxDk / kRowGroups;
-
-__device__ __forceinline__ float softplus_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 }  // namespace
 
 static __global__ void __launch_bounds__(32 * kRowGroups) gdn_recurrent_kernel(GdnParams p) {
@@ -33,9 +32,7 @@ static __global__ void __launch_bounds__(32 * kRowGroups) gdn_recurrent_kernel(G
     float* S = p.state + h * p.dk * p.dv;
 
     float s[kRowsPerThread];
-#pragma unroll
-    for (int m = 0; m < kRowsPerThread; ++m)
-        s[m] = (m < nr && col_ok) ? S[(ty + m * kRowGroups) * p.dv + j] : 0.0f;
+    gdn::load_state<kRowGroups>(s, S, nr, ty, j, p.dv, col_ok);
 
     const float A = expf(ld(p.A_log, p.Adt, h));
     const float dtb = ld(p.dt_bias, p.ddt, h);
@@ -46,53 +43,14 @@ static __global__ void __launch_bounds__(32 * kRowGroups) gdn_recurrent_kernel(G
         const float kv = tid < p.dk ? ld(p.k, p.kdt, qk_off + tid) : 0.0f;
         const float vj = col_ok ? ld(p.v, p.vdt, (t * p.Hv + h) * p.dv + j) : 0.0f;
         const float av = ld(p.a, p.adt, t * p.Hv + h), bv = ld(p.b, p.bdt, t * p.Hv + h);
-        const float qss = block_sum(qv * qv, red);
-        const float kss = block_sum(kv * kv, red);
-        if (tid < p.dk) {
-            qn[tid] = qv * rsqrtf(qss + 1e-6f) * qscale;
-            kn[tid] = kv * rsqrtf(kss + 1e-6f);
-        }
-        __syncthreads();
-        const float decay = expf(-A * softplus_(av + dtb));
+        gdn::normalise_qk(qv, kv, tid, p.dk, qscale, qn, kn, red);
+        const float decay = expf(-A * gdn::softplus_(av + dtb));
         const float beta = 1.0f / (1.0f + expf(-bv));
-
-        float acc = 0.0f;
-#pragma unroll
-        for (int m = 0; m < kRowsPerThread; ++m) {
-            if (m < nr) {
-                s[m] *= decay;
-                acc += s[m] * kn[ty + m * kRowGroups];
-            }
-        }
-        part[ty][tx] = acc;
-        __syncthreads();
-        float sk = 0.0f;
-#pragma unroll
-        for (int g = 0; g < kRowGroups; ++g) sk += part[g][tx];
-        const float u = beta * (vj - sk);
-        __syncthreads();  // everyone has read part[] before it is reused
-
-        float o = 0.0f;
-#pragma unroll
-        for (int m = 0; m < kRowsPerThread; ++m) {
-            if (m < nr) {
-                s[m] += kn[ty + m * kRowGroups] * u;
-                o += s[m] * qn[ty + m * kRowGroups];
-            }
-        }
-        part[ty][tx] = o;
-        __syncthreads();
-        if (ty == 0 && col_ok) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int g = 0; g < kRowGroups; ++g) sum += part[g][tx];
-            st(p.out, p.odt, (t * p.Hv + h) * p.dv + j, sum);
-        }
+        const float o = gdn::token_step(s, nr, tx, ty, qn, kn, decay, beta, vj, part);
+        if (ty == 0 && col_ok) st(p.out, p.odt, (t * p.Hv + h) * p.dv + j, o);
         __syncthreads();  // part[], qn, kn are rewritten by the next token
     }
-#pragma unroll
-    for (int m = 0; m < kRowsPerThread; ++m)
-        if (m < nr && col_ok) S[(ty + m * kRowGroups) * p.dv + j] = s[m];
+    gdn::store_state<kRowGroups>(s, S, nr, ty, j, p.dv, col_ok);
 }
 
 static void launch_gdn_recurrent(const GdnParams& p, cudaStream_t s) {

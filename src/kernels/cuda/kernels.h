@@ -66,4 +66,19 @@ void sample(const Tensor& logits, const Tensor& uniform, float temperature, int 
 // (seed, index): deterministic, no state. Used by --random-weights.
 void random_fill(void* p, DType dtype, int64_t n, uint64_t seed, float amp, float offset, cudaStream_t s);
 
+// ---- fused ops (Backend's fused block; each in its own fused_*.cu) ----
+// x += y (stored in x's dtype), out = rmsnorm(x) with w [D]; x, y, out [R, D].
+void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out, cudaStream_t s);
+// Backend::gated_attention_core for one token: qg [1, Hq * 2D], k, v [1, Hkv * D]; the current position (and
+// cache row) is positions[0] on the device. q_ws [Hq, D] act scratch; ws / ws_bytes as for attention().
+void gated_attention_decode(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                            const Tensor& k_norm, float eps, const Tensor& positions, const RopeParams& rope,
+                            Tensor& k_cache, Tensor& v_cache, float scale, Tensor& q_ws, void* ws, size_t ws_bytes,
+                            Tensor& out, cudaStream_t s);
+// Backend::gdn_core after the conv: the token-by-token recurrence reading q | k | v from conv [T, C], with the
+// gated RMSNorm applied, into out [T, Hv * dv]. For short T (the chunked form is for prompts).
+void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                    Tensor& state, const Tensor& z, const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out,
+                    cudaStream_t s);
+
 }  // namespace grimoire::cuda

@@ -1,0 +1,185 @@
+// The fused CUDA ops (Backend's fused block: add_rmsnorm, gated_attention_core, gdn_core) against their CPU
+// twins, which run the unfused op sequence, on odd shapes: several tokens (the CUDA prompt path) followed by
+// single-token decode steps (the fused kernels), carrying the caches / states from call to call.
+//
+// Tolerances: with F32 activations (CudaBackend's reference mode) both sides compute the same fp32 values and
+// differ only in summation order and fast exp, so rtol 1e-4 with test_cuda_kernels' 2e-3 floor. With BF16 activations the GPU stores every intermediate the
+// unfused CUDA sequence stored (normalised q/k, the conv output, the DeltaNet output, ...) as bf16 while the
+// CPU twin keeps fp32; two to three such roundings (2^-9 each) feed a softmax or a norm before the output,
+// hence rtol 2e-2 and an absolute floor of 1e-2 for outputs of size ~1 (one bf16 rounding alone is checked
+// at 8e-3 in test_cuda_kernels).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "backend/rope_params.h"
+#include "gpu_test_util.h"
+
+namespace grimoire {
+namespace {
+
+using test::expect_close;
+using test::get;
+using test::put;
+using test::rand_bf16;
+
+constexpr double kRtolBf16 = 8e-3;
+
+struct Backends {
+    std::unique_ptr<Backend> cpu = make_cpu_backend();
+    std::unique_ptr<CudaBackend> gpu;
+    explicit Backends(DType act) { gpu = std::make_unique<CudaBackend>(0, act); }
+};
+
+struct Tol {
+    double atol, rtol;
+};
+Tol tol_for(DType act) { return act == DType::F32 ? Tol{2e-3, 1e-4} : Tol{1e-2, 2e-2}; }
+
+std::string act_name(DType act) { return act == DType::F32 ? " f32" : " bf16"; }
+
+Tensor positions(Backend& be, int64_t n_past, int64_t T) {
+    std::vector<int32_t> p(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) p[static_cast<size_t>(t)] = static_cast<int32_t>(n_past + t);
+    return be.upload_raw(p.data(), DType::I32, {T});
+}
+
+TEST(CudaFused, AddRmsNormMatchesAddThenNorm) {
+    GRIMOIRE_REQUIRE_GPU();
+    for (DType act : {DType::BF16, DType::F32}) {
+        Backends b(act);
+        for (int64_t D : {64, 257, 5120}) {
+            const auto w = rand_bf16(static_cast<size_t>(D), 2, -0.5f, 0.5f);
+            Tensor wc = put(*b.cpu, w, DType::F32, {D}), wg = put(*b.gpu, w, DType::F32, {D});
+            for (int64_t R : {1, 3, 17, 65}) {
+                const auto x = rand_bf16(static_cast<size_t>(R * D), 3 + static_cast<uint32_t>(R), -3.0f, 3.0f);
+                const auto y = rand_bf16(static_cast<size_t>(R * D), 5 + static_cast<uint32_t>(R), -1.0f, 1.0f);
+                for (NormKind k : {NormKind::PLAIN, NormKind::PLUS_ONE}) {
+                    Tensor xc = put(*b.cpu, x, DType::F32, {R, D}), xg = put(*b.gpu, x, act, {R, D});
+                    Tensor yc = put(*b.cpu, y, DType::F32, {R, D}), yg = put(*b.gpu, y, act, {R, D});
+                    Tensor oc = b.cpu->scratch(DType::F32, {R, D}), og = b.gpu->scratch(act, {R, D});
+                    b.cpu->add_rmsnorm(xc, yc, wc, 1e-6f, k, oc);
+                    b.gpu->add_rmsnorm(xg, yg, wg, 1e-6f, k, og);
+                    const std::string what = "add_rmsnorm D=" + std::to_string(D) + " R=" + std::to_string(R) +
+                                             (k == NormKind::PLAIN ? " plain" : " plus_one") + act_name(act);
+                    const double rtol = act == DType::F32 ? 1e-5 : kRtolBf16;
+                    expect_close(get(*b.gpu, xg), get(*b.cpu, xc), 1e-6, rtol / 2, what + " residual");
+                    expect_close(get(*b.gpu, og), get(*b.cpu, oc), 1e-3, rtol, what + " normed");
+                }
+            }
+        }
+    }
+}
+
+// A prompt of `steps[0]` tokens then the other steps (1 = decode), CUDA vs the CPU twin: each output and, at
+// the end, both caches.
+void gated_attention_case(DType act, int64_t Hq, int64_t Hkv, int64_t D, int rot_dim, bool neox, int64_t n_past,
+                          std::initializer_list<int64_t> steps) {
+    Backends b(act);
+    int64_t total = n_past;
+    for (int64_t s : steps) total += s;
+    const int64_t max_ctx = total + 3;
+    RopeParams rp;
+    rp.rot_dim = rot_dim;
+    rp.neox = neox;
+    for (int i = 0; i < rot_dim / 2; ++i)
+        rp.inv_freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(rot_dim)));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D)), eps = 1e-6f;
+    const auto qw = rand_bf16(static_cast<size_t>(D), 50, -0.5f, 0.5f), kw = rand_bf16(static_cast<size_t>(D), 51, -0.5f, 0.5f);
+    Tensor qwc = put(*b.cpu, qw, DType::F32, {D}), qwg = put(*b.gpu, qw, DType::F32, {D});
+    Tensor kwc = put(*b.cpu, kw, DType::F32, {D}), kwg = put(*b.gpu, kw, DType::F32, {D});
+    // Rows before n_past hold earlier tokens (already normalised and rotated, as the cache would).
+    const auto kc0 = rand_bf16(static_cast<size_t>(max_ctx * Hkv * D), 52, -2, 2);
+    const auto vc0 = rand_bf16(static_cast<size_t>(max_ctx * Hkv * D), 53);
+    Tensor kcc = put(*b.cpu, kc0, DType::F32, {max_ctx, Hkv, D}), vcc = put(*b.cpu, vc0, DType::F32, {max_ctx, Hkv, D});
+    Tensor kcg = put(*b.gpu, kc0, act, {max_ctx, Hkv, D}), vcg = put(*b.gpu, vc0, act, {max_ctx, Hkv, D});
+    const Tol tol = tol_for(act);
+    int64_t past = n_past;
+    uint32_t seed = 60;
+    for (int64_t T : steps) {
+        const auto qg = rand_bf16(static_cast<size_t>(T * Hq * 2 * D), seed++, -2, 2);
+        const auto k = rand_bf16(static_cast<size_t>(T * Hkv * D), seed++, -2, 2);
+        const auto v = rand_bf16(static_cast<size_t>(T * Hkv * D), seed++);
+        Tensor qgc = put(*b.cpu, qg, DType::F32, {T, Hq * 2 * D}), qgg = put(*b.gpu, qg, act, {T, Hq * 2 * D});
+        Tensor kc = put(*b.cpu, k, DType::F32, {T, Hkv * D}), kg = put(*b.gpu, k, act, {T, Hkv * D});
+        Tensor vc = put(*b.cpu, v, DType::F32, {T, Hkv * D}), vg = put(*b.gpu, v, act, {T, Hkv * D});
+        Tensor pc = positions(*b.cpu, past, T), pg = positions(*b.gpu, past, T);
+        Tensor oc = b.cpu->scratch(DType::F32, {T, Hq * D}), og = b.gpu->scratch(act, {T, Hq * D});
+        b.cpu->gated_attention_core(qgc, kc, vc, qwc, kwc, eps, pc, rp, kcc, vcc, past, scale, oc);
+        b.gpu->gated_attention_core(qgg, kg, vg, qwg, kwg, eps, pg, rp, kcg, vcg, past, scale, og);
+        expect_close(get(*b.gpu, og), get(*b.cpu, oc), tol.atol, tol.rtol,
+                     "gated_attention_core Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " D=" +
+                         std::to_string(D) + " rot=" + std::to_string(rot_dim) + (neox ? " neox" : " gptj") +
+                         " n_past=" + std::to_string(past) + " T=" + std::to_string(T) + act_name(act));
+        past += T;
+    }
+    // The cache rows written (normalised, rotated k; raw v) agree too; rows past the end stay untouched.
+    expect_close(get(*b.gpu, kcg), get(*b.cpu, kcc), tol.atol, tol.rtol, "k_cache" + act_name(act));
+    expect_close(get(*b.gpu, vcg), get(*b.cpu, vcc), 0, 0, "v_cache" + act_name(act));
+}
+
+TEST(CudaFused, GatedAttentionCorePromptThenDecode) {
+    GRIMOIRE_REQUIRE_GPU();
+    for (DType act : {DType::BF16, DType::F32}) {
+        gated_attention_case(act, 24, 4, 256, 64, true, 0, {1, 1, 1});        // 27B heads, first tokens
+        gated_attention_case(act, 12, 2, 256, 64, true, 0, {17, 1, 1, 1});    // prompt path then decode
+        gated_attention_case(act, 4, 2, 32, 8, true, 3, {65, 1, 1});          // the fixture's head_dim 32
+        gated_attention_case(act, 6, 3, 64, 64, false, 5, {3, 1, 1});         // GPT-J pairs, full rotation
+    }
+}
+
+TEST(CudaFused, GatedAttentionCoreDecodeAcrossSplits) {
+    GRIMOIRE_REQUIRE_GPU();
+    // Lengths around the split boundaries (>= 64 rows per split, at most 128 splits): 1, 2, 5, 64 and 128 splits.
+    for (int64_t n_past : {63, 64, 300, 4095, 20000})
+        gated_attention_case(DType::BF16, 24, 4, 256, 64, true, n_past, {1, 1});
+}
+
+// Prompt / decode calls of gdn_core carrying the conv and recurrent states, CUDA vs the CPU twin.
+void gdn_core_case(DType act, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, std::initializer_list<int64_t> steps) {
+    Backends b(act);
+    const int64_t C = 2 * Hk * dk + Hv * dv, K = 4;
+    const float eps = 1e-6f;
+    const auto cw = rand_bf16(static_cast<size_t>(C * K), 70);
+    const auto A = rand_bf16(static_cast<size_t>(Hv), 71, -1, 1), dtb = rand_bf16(static_cast<size_t>(Hv), 72, -1, 1);
+    const auto nw = rand_bf16(static_cast<size_t>(dv), 73, 0.5f, 1.5f);
+    Tensor cwc = put(*b.cpu, cw, DType::F32, {C, K}), cwg = put(*b.gpu, cw, DType::F32, {C, K});
+    Tensor Ac = put(*b.cpu, A, DType::F32, {Hv}), Ag = put(*b.gpu, A, DType::F32, {Hv});
+    Tensor dc = put(*b.cpu, dtb, DType::F32, {Hv}), dg = put(*b.gpu, dtb, DType::F32, {Hv});
+    Tensor nc = put(*b.cpu, nw, DType::F32, {dv}), ng = put(*b.gpu, nw, DType::F32, {dv});
+    Tensor csc = b.cpu->alloc_persistent(DType::F32, {K - 1, C}), csg = b.gpu->alloc_persistent(act, {K - 1, C});
+    Tensor sc = b.cpu->alloc_persistent(DType::F32, {Hv, dk, dv}), sg = b.gpu->alloc_persistent(DType::F32, {Hv, dk, dv});
+    const Tol tol = tol_for(act);
+    uint32_t seed = 80;
+    for (int64_t T : steps) {
+        auto mk = [&](int64_t n, float lo, float hi) { return rand_bf16(static_cast<size_t>(n), seed++, lo, hi); };
+        const auto mixed = mk(T * C, -2, 2), a = mk(T * Hv, -3, 3), bb = mk(T * Hv, -3, 3), z = mk(T * Hv * dv, -4, 4);
+        Tensor mc = put(*b.cpu, mixed, DType::F32, {T, C}), mg = put(*b.gpu, mixed, act, {T, C});
+        Tensor ac = put(*b.cpu, a, DType::F32, {T, Hv}), ag = put(*b.gpu, a, act, {T, Hv});
+        Tensor bc = put(*b.cpu, bb, DType::F32, {T, Hv}), bg = put(*b.gpu, bb, act, {T, Hv});
+        Tensor zc = put(*b.cpu, z, DType::F32, {T, Hv * dv}), zg = put(*b.gpu, z, act, {T, Hv * dv});
+        Tensor oc = b.cpu->scratch(DType::F32, {T, Hv * dv}), og = b.gpu->scratch(act, {T, Hv * dv});
+        b.cpu->gdn_core(mc, cwc, csc, ac, bc, Ac, dc, sc, zc, nc, eps, Hk, oc);
+        b.gpu->gdn_core(mg, cwg, csg, ag, bg, Ag, dg, sg, zg, ng, eps, Hk, og);
+        const std::string what = "gdn_core Hk=" + std::to_string(Hk) + " Hv=" + std::to_string(Hv) + " dk=" +
+                                 std::to_string(dk) + " dv=" + std::to_string(dv) + " T=" + std::to_string(T) +
+                                 act_name(act);
+        expect_close(get(*b.gpu, og), get(*b.cpu, oc), tol.atol, tol.rtol, what);
+        expect_close(get(*b.gpu, sg), get(*b.cpu, sc), act == DType::F32 ? 1e-4 : 2e-3, act == DType::F32 ? 1e-3 : 2e-2,
+                     what + " state");
+        expect_close(get(*b.gpu, csg), get(*b.cpu, csc), 0, 0, what + " conv state");  // raw input rows: exact
+    }
+}
+
+TEST(CudaFused, GdnCorePromptThenDecode) {
+    GRIMOIRE_REQUIRE_GPU();
+    for (DType act : {DType::BF16, DType::F32}) {
+        gdn_core_case(act, 2, 6, 128, 128, {1, 1, 3, 1});      // 27B head sizes, decode from the start
+        gdn_core_case(act, 2, 6, 16, 24, {17, 1, 1, 65, 1});   // the fixture's dk != dv; chunked prompt path
+        gdn_core_case(act, 1, 3, 32, 40, {63, 1, 2});
+    }
+}
+
+}  // namespace
+}  // namespace grimoire
