@@ -7,7 +7,7 @@
 // unfused CUDA sequence stored (normalised q/k, the conv output, the DeltaNet output, ...) as bf16 while the
 // CPU twin keeps fp32; two to three such roundings (2^-9 each) feed a softmax or a norm before the output,
 // hence rtol 2e-2 and an absolute floor of 1e-2 for outputs of size ~1 (one bf16 rounding alone is checked
-// at 8e-3 in test_cuda_kernels).
+// at 8e-3 in test_cuda_kernels). gdn_core's BF16 reference is the unfused CUDA sequence (see gdn_core_case).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -136,39 +136,59 @@ TEST(CudaFused, GatedAttentionCoreDecodeAcrossSplits) {
         gated_attention_case(DType::BF16, 24, 4, 256, 64, true, n_past, {1, 1});
 }
 
-// Prompt / decode calls of gdn_core carrying the conv and recurrent states, CUDA vs the CPU twin.
+// Prompt / decode calls of gdn_core carrying the conv and recurrent states. With F32 activations the
+// reference is the CPU twin. With BF16 it is the unfused sequence run by the same CUDA backend (its own copy
+// of the states): the CPU twin keeps the conv output in fp32 where the GPU stores it as bf16, and the
+// recurrence followed by a norm over dv values amplifies that 2^-9 difference into several percent on some
+// outputs (seen: 13% on one element of 7560 after 63 tokens), which says nothing about the fusion.
 void gdn_core_case(DType act, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, std::initializer_list<int64_t> steps) {
     Backends b(act);
-    const int64_t C = 2 * Hk * dk + Hv * dv, K = 4;
+    const bool f32 = act == DType::F32;
+    Backend& ref = f32 ? *b.cpu : static_cast<Backend&>(*b.gpu);
+    const DType rdt = f32 ? DType::F32 : act;
+    const int64_t C = 2 * Hk * dk + Hv * dv, K = 4, key = Hk * dk;
     const float eps = 1e-6f;
     const auto cw = rand_bf16(static_cast<size_t>(C * K), 70);
     const auto A = rand_bf16(static_cast<size_t>(Hv), 71, -1, 1), dtb = rand_bf16(static_cast<size_t>(Hv), 72, -1, 1);
     const auto nw = rand_bf16(static_cast<size_t>(dv), 73, 0.5f, 1.5f);
-    Tensor cwc = put(*b.cpu, cw, DType::F32, {C, K}), cwg = put(*b.gpu, cw, DType::F32, {C, K});
-    Tensor Ac = put(*b.cpu, A, DType::F32, {Hv}), Ag = put(*b.gpu, A, DType::F32, {Hv});
-    Tensor dc = put(*b.cpu, dtb, DType::F32, {Hv}), dg = put(*b.gpu, dtb, DType::F32, {Hv});
-    Tensor nc = put(*b.cpu, nw, DType::F32, {dv}), ng = put(*b.gpu, nw, DType::F32, {dv});
-    Tensor csc = b.cpu->alloc_persistent(DType::F32, {K - 1, C}), csg = b.gpu->alloc_persistent(act, {K - 1, C});
-    Tensor sc = b.cpu->alloc_persistent(DType::F32, {Hv, dk, dv}), sg = b.gpu->alloc_persistent(DType::F32, {Hv, dk, dv});
-    const Tol tol = tol_for(act);
+    Tensor cwc = put(ref, cw, DType::F32, {C, K}), cwg = put(*b.gpu, cw, DType::F32, {C, K});
+    Tensor Ac = put(ref, A, DType::F32, {Hv}), Ag = put(*b.gpu, A, DType::F32, {Hv});
+    Tensor dc = put(ref, dtb, DType::F32, {Hv}), dg = put(*b.gpu, dtb, DType::F32, {Hv});
+    Tensor nc = put(ref, nw, DType::F32, {dv}), ng = put(*b.gpu, nw, DType::F32, {dv});
+    Tensor csc = ref.alloc_persistent(rdt, {K - 1, C}), csg = b.gpu->alloc_persistent(act, {K - 1, C});
+    Tensor sc = ref.alloc_persistent(DType::F32, {Hv, dk, dv}), sg = b.gpu->alloc_persistent(DType::F32, {Hv, dk, dv});
+    // F32: the CPU twin vs CUDA, summation order only. BF16: fused vs unfused CUDA kernels, which store the
+    // same bf16 intermediates and differ in fp32 summation order, i.e. at most one bf16 step on an output.
+    const Tol tol = f32 ? tol_for(act) : Tol{1e-3, kRtolBf16};
     uint32_t seed = 80;
     for (int64_t T : steps) {
         auto mk = [&](int64_t n, float lo, float hi) { return rand_bf16(static_cast<size_t>(n), seed++, lo, hi); };
         const auto mixed = mk(T * C, -2, 2), a = mk(T * Hv, -3, 3), bb = mk(T * Hv, -3, 3), z = mk(T * Hv * dv, -4, 4);
-        Tensor mc = put(*b.cpu, mixed, DType::F32, {T, C}), mg = put(*b.gpu, mixed, act, {T, C});
-        Tensor ac = put(*b.cpu, a, DType::F32, {T, Hv}), ag = put(*b.gpu, a, act, {T, Hv});
-        Tensor bc = put(*b.cpu, bb, DType::F32, {T, Hv}), bg = put(*b.gpu, bb, act, {T, Hv});
-        Tensor zc = put(*b.cpu, z, DType::F32, {T, Hv * dv}), zg = put(*b.gpu, z, act, {T, Hv * dv});
-        Tensor oc = b.cpu->scratch(DType::F32, {T, Hv * dv}), og = b.gpu->scratch(act, {T, Hv * dv});
-        b.cpu->gdn_core(mc, cwc, csc, ac, bc, Ac, dc, sc, zc, nc, eps, Hk, oc);
+        Tensor mc = put(ref, mixed, rdt, {T, C}), mg = put(*b.gpu, mixed, act, {T, C});
+        Tensor ac = put(ref, a, rdt, {T, Hv}), ag = put(*b.gpu, a, act, {T, Hv});
+        Tensor bc = put(ref, bb, rdt, {T, Hv}), bg = put(*b.gpu, bb, act, {T, Hv});
+        Tensor zc = put(ref, z, rdt, {T, Hv * dv}), zg = put(*b.gpu, z, act, {T, Hv * dv});
+        Tensor oc = ref.scratch(rdt, {T, Hv * dv}), og = b.gpu->scratch(act, {T, Hv * dv});
+        if (f32) {
+            ref.gdn_core(mc, cwc, csc, ac, bc, Ac, dc, sc, zc, nc, eps, Hk, oc);
+        } else {  // the unfused sequence, spelled out
+            Tensor conv = ref.scratch(rdt, {T, C}), q = ref.scratch(rdt, {T, key}), k = ref.scratch(rdt, {T, key});
+            Tensor v = ref.scratch(rdt, {T, Hv * dv}), o = ref.scratch(rdt, {T, Hv, dv});
+            ref.conv1d_silu(mc, cwc, csc, conv);
+            ref.copy_cols(conv, 0, q);
+            ref.copy_cols(conv, key, k);
+            ref.copy_cols(conv, 2 * key, v);
+            ref.gated_delta_rule(q.view({T, Hk, dk}), k.view({T, Hk, dk}), v.view({T, Hv, dv}), ac, bc, Ac, dc, sc, o);
+            Tensor rows = oc.view({T * Hv, dv});
+            ref.rmsnorm_gated(o.view({T * Hv, dv}), zc.view({T * Hv, dv}), nc, eps, rows);
+        }
         b.gpu->gdn_core(mg, cwg, csg, ag, bg, Ag, dg, sg, zg, ng, eps, Hk, og);
         const std::string what = "gdn_core Hk=" + std::to_string(Hk) + " Hv=" + std::to_string(Hv) + " dk=" +
                                  std::to_string(dk) + " dv=" + std::to_string(dv) + " T=" + std::to_string(T) +
                                  act_name(act);
-        expect_close(get(*b.gpu, og), get(*b.cpu, oc), tol.atol, tol.rtol, what);
-        expect_close(get(*b.gpu, sg), get(*b.cpu, sc), act == DType::F32 ? 1e-4 : 2e-3, act == DType::F32 ? 1e-3 : 2e-2,
-                     what + " state");
-        expect_close(get(*b.gpu, csg), get(*b.cpu, csc), 0, 0, what + " conv state");  // raw input rows: exact
+        expect_close(get(*b.gpu, og), get(ref, oc), tol.atol, tol.rtol, what);
+        expect_close(get(*b.gpu, sg), get(ref, sc), f32 ? 1e-4 : 1e-5, f32 ? 1e-3 : 1e-4, what + " state");
+        expect_close(get(*b.gpu, csg), get(ref, csc), 0, 0, what + " conv state");  // raw input rows: exact
     }
 }
 

@@ -453,9 +453,22 @@ void CudaBackend::sample(const Tensor& logits, const Tensor& uniform, float temp
 namespace {
 // Keys of the fused ops' recorded launches (apart from the Op enum above, whose order is left alone).
 constexpr uint64_t OP_ADD_RMS = 1001, OP_GATTN = 1002, OP_GDN_CORE = 1003;
+// GRIMOIRE_CUDA_FUSED=0 runs the unfused sequences instead (for before/after measurements in one run).
+bool fused_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("GRIMOIRE_CUDA_FUSED");
+        return !(v && std::strcmp(v, "0") == 0);
+    }();
+    return on;
+}
 }  // namespace
 
 void CudaBackend::add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out) {
+    if (!fused_enabled()) {
+        add(x, y, x);
+        rmsnorm(x, w, eps, kind, out);
+        return;
+    }
     Tensor t = x, o = out;
     graph_->record(cuda::KeyHasher().add(OP_ADD_RMS).add(t).add(y).add(w).addf(eps).add(static_cast<uint64_t>(kind)).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::add_rmsnorm(t, y, w, eps, kind, o, s); });
@@ -473,7 +486,7 @@ void CudaBackend::gated_attention_core(const Tensor& qg, Tensor& k, const Tensor
                     std::to_string(T) + " > " + std::to_string(k_cache.dim(0)) + ")");
     if (qg.numel() % (T * 2 * D) != 0) throw Error("cuda gated_attention_core: qg is not [T, Hq * 2D]");
     const int64_t Hq = qg.numel() / (T * 2 * D);
-    if (T > 1) {  // a prompt: the unfused sequence (its kernels are large; launches do not matter here)
+    if (T > 1 || !fused_enabled()) {  // a prompt: the unfused sequence (large kernels; launches matter little)
         gated_attention_core_unfused(qg, k, v, q_norm, k_norm, eps, positions, rope_p, k_cache, v_cache, n_past, scale,
                                      out);
         return;
@@ -500,7 +513,7 @@ void CudaBackend::gdn_core(const Tensor& mixed, const Tensor& conv_w, Tensor& co
     const int64_t T = mixed.rows(), C = mixed.cols(), Hv = state.dim(0), dk = state.dim(1), dv = state.dim(2);
     const int64_t Hk = n_k_heads;
     // A long prompt takes the chunked DeltaNet form, which wants q, k, v apart: the unfused sequence.
-    if (cuda::gated_delta_rule_ws_bytes(T, Hv, dk, dv) > 0) {
+    if (cuda::gated_delta_rule_ws_bytes(T, Hv, dk, dv) > 0 || !fused_enabled()) {
         gdn_core_unfused(mixed, conv_w, conv_state, a, b, A_log, dt_bias, state, z, norm_w, eps, n_k_heads, out);
         return;
     }

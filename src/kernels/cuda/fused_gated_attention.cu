@@ -38,6 +38,7 @@ static __global__ void gated_attn_prep_kernel(PrepArgs a) {
     const int64_t D = a.D;
     const bool is_q = blockIdx.x < a.Hq;
     const int64_t h = is_q ? blockIdx.x : blockIdx.x - a.Hq;
+    const int pos = a.positions[0];  // loaded with x, not after the barrier below
     const float x = is_q ? ld(a.qg, a.qgdt, h * 2 * D + i) : ld(a.k, a.kdt, h * D + i);
     const float r = rsqrtf(block_sum(x * x, red) / static_cast<float>(D) + a.eps);
     const float w = is_q ? ld(a.qw, a.qwdt, i) : ld(a.kw, a.kwdt, i);
@@ -45,7 +46,6 @@ static __global__ void gated_attn_prep_kernel(PrepArgs a) {
     xs[i] = round_as(sdt, x * r * (1.0f + w));
     __syncthreads();
     float y = xs[i];
-    const int pos = a.positions[0];
     if (i < 2 * a.half) {
         // NeoX pairs (f, f + half); GPT-J pairs (2f, 2f + 1). The angle as in rope.cu.
         const bool first = a.neox ? i < a.half : (i % 2) == 0;
