@@ -166,7 +166,9 @@ void final_logits(Backend& be,
     if (act == DType::F32) {
         be.to_host(out, logits.data());
     } else {
-        std::vector<uint8_t> raw(out.nbytes());
+        // Reused across steps: a fresh 0.5 MB vector per decode step was mapped, faulted in and zeroed anew.
+        static thread_local std::vector<uint8_t> raw;
+        raw.resize(out.nbytes());
         be.to_host(out, raw.data());
         convert_to_f32(act, raw.data(), logits.data(), logits.size());
     }
