@@ -42,6 +42,7 @@ MODEL_VARIANTS = {
     "qwen3_gptq": ["--format", "gptq", "--asym", "--group", "32", "--act-order"],
     "qwen3_awq": ["--format", "autoround-awq", "--asym", "--group", "32"],
     "qwen3_ct": ["--format", "ct", "--group", "32"],
+    "qwen3_ct_asym": ["--format", "ct", "--asym", "--group", "32"],
     "qwen3_fp8": ["--format", "fp8-block"],
 }
 
