@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "bench_record.h"
 #include "core/error.h"
 #include "model/model.h"
 
@@ -59,6 +60,11 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 struct Tinfo {
     std::string name;
     std::vector<int64_t> shape;
+    std::string dtype = "BF16";
+    int64_t nbytes() const {
+        const int64_t es = dtype == "BF16" || dtype == "F16" ? 2 : dtype == "F8_E4M3" ? 1 : 4;
+        return numel() * es;
+    }
     int64_t numel() const {
         int64_t n = 1;
         for (int64_t s : shape) n *= s;
@@ -66,7 +72,40 @@ struct Tinfo {
     }
 };
 
+// --quant: which projections a GPTQ / FP8 export quantizes (every linear of the decoder layers except the
+// DeltaNet a / b projections; embeddings, lm_head, norms, conv1d, A_log, dt_bias stay BF16), and their tensors.
+std::string g_quant;  // "", "gptq" or "fp8"
+bool quantized_proj(const std::string& name) {
+    if (g_quant.empty() || name.rfind("model.layers.", 0) != 0) return false;
+    for (const char* p : {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "self_attn.q_proj", "self_attn.k_proj",
+                          "self_attn.v_proj", "self_attn.o_proj", "linear_attn.in_proj_qkv", "linear_attn.in_proj_z",
+                          "linear_attn.out_proj"})
+        if (name.find(std::string(p) + ".weight") != std::string::npos) return true;
+    return false;
+}
+std::vector<Tinfo> quantize_entry(const Tinfo& t) {
+    const std::string base = t.name.substr(0, t.name.size() - std::string(".weight").size());
+    const int64_t N = t.shape[0], K = t.shape[1];
+    if (g_quant == "gptq")  // GPTQ v1, 4-bit, group 128, sym (zeros stored as 7)
+        return {{base + ".qweight", {K / 8, N}, "I32"}, {base + ".qzeros", {K / 128, N / 8}, "I32"},
+                {base + ".scales", {K / 128, N}, "F16"}, {base + ".g_idx", {K}, "I32"}};
+    return {{base + ".weight", {N, K}, "F8_E4M3"}, {base + ".weight_scale_inv", {(N + 127) / 128, (K + 127) / 128}, "F32"}};
+}
+
+std::vector<Tinfo> tensor_list_bf16();
 std::vector<Tinfo> tensor_list() {
+    std::vector<Tinfo> out;
+    for (const Tinfo& t : tensor_list_bf16()) {
+        if (!quantized_proj(t.name)) {
+            out.push_back(t);
+            continue;
+        }
+        for (const Tinfo& q : quantize_entry(t)) out.push_back(q);
+    }
+    return out;
+}
+
+std::vector<Tinfo> tensor_list_bf16() {
     std::vector<Tinfo> t = {{"model.embed_tokens.weight", {V, H}}, {"lm_head.weight", {V, H}}, {"model.norm.weight", {H}}};
     for (int64_t i = 0; i < L; ++i) {
         const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -113,13 +152,19 @@ void write_checkpoint(const fs::path& dir) {
     json lt = json::array();
     for (int64_t i = 0; i < L; ++i) lt.push_back(is_attention(i) ? "full_attention" : "linear_attention");
     cfg["layer_types"] = lt;
+    if (g_quant == "gptq")
+        cfg["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}, {"sym", true},
+                                      {"desc_act", false}, {"checkpoint_format", "gptq"}};
+    else if (g_quant == "fp8")
+        cfg["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"},
+                                      {"fmt", "e4m3"}, {"weight_block_size", {128, 128}}};
     std::ofstream(dir / "config.json") << cfg.dump(2);
 
     json hdr = json::object();
     size_t off = 0;
     for (const auto& t : tensor_list()) {
-        const size_t n = static_cast<size_t>(t.numel()) * 2;
-        hdr[t.name] = {{"dtype", "BF16"}, {"shape", t.shape}, {"data_offsets", {off, off + n}}};
+        const size_t n = static_cast<size_t>(t.nbytes());
+        hdr[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {off, off + n}}};
         off += n;
     }
     std::string h = hdr.dump();
@@ -205,10 +250,15 @@ int main(int argc, char** argv) {
         else if (a == "--out" && i + 1 < argc) out_path = argv[++i], command += std::string(" ") + argv[i];
         else if (a == "--commit" && i + 1 < argc) commit = argv[++i], command += std::string(" ") + argv[i];
         else if (a == "--decode-steps" && i + 1 < argc) decode_steps = std::stoi(argv[++i]), command += std::string(" ") + argv[i];
+        else if (a == "--quant" && i + 1 < argc) g_quant = argv[++i], command += std::string(" ") + argv[i];
         else {
-            std::fprintf(stderr, "usage: bench_qwen35_27b --random-weights [--out FILE] [--commit SHA] [--decode-steps N]\n");
+            std::fprintf(stderr, "usage: bench_qwen35_27b --random-weights [--quant gptq|fp8] [--out FILE] [--commit SHA] [--decode-steps N]\n");
             return 2;
         }
+    }
+    if (!g_quant.empty() && g_quant != "gptq" && g_quant != "fp8") {
+        std::fprintf(stderr, "bench_qwen35_27b: --quant takes gptq or fp8\n");
+        return 2;
     }
     if (!random_weights) {
         std::fprintf(stderr, "bench_qwen35_27b: only --random-weights is supported (no 27B checkpoint needed)\n");
@@ -235,7 +285,7 @@ int main(int argc, char** argv) {
 
         // Bytes one decode step reads: every weight but the embedding table (one row), KV rows, states r+w.
         size_t weight_bytes = 0;
-        for (const auto& t : tensor_list()) weight_bytes += static_cast<size_t>(t.numel()) * 2;
+        for (const auto& t : tensor_list()) weight_bytes += static_cast<size_t>(t.nbytes());
         weight_bytes -= static_cast<size_t>(V * H * 2) - static_cast<size_t>(H * 2);
         const size_t state_bytes = 2 * static_cast<size_t>(L - L / 4) *
                                    (static_cast<size_t>(Hv * dk * dv) * 4 + static_cast<size_t>((Kc - 1) * kConv) * 2);
@@ -246,7 +296,8 @@ int main(int argc, char** argv) {
         std::vector<float> logits;
         std::mt19937 rng(7);
         int32_t tok = 1000;
-        for (int64_t ctx : {int64_t{0}, int64_t{4096}, int64_t{32768}}) {
+        const std::vector<int64_t> contexts = g_quant.empty() ? std::vector<int64_t>{0, 4096, 32768} : std::vector<int64_t>{512};
+        for (int64_t ctx : contexts) {
             st->n_past = ctx;
             for (int i = 0; i < 3; ++i) model->forward(*st, std::span<const int32_t>(&tok, 1), 1, logits);
             const double t1 = now();
@@ -258,13 +309,33 @@ int main(int argc, char** argv) {
             const double tps = decode_steps / dt;
             const size_t bytes = weight_bytes + state_bytes + kv_bytes(ctx + 3 + decode_steps / 2);
             const double roof = bw / static_cast<double>(bytes);
-            const std::string k = ctx == 0 ? "ctx0" : (ctx == 4096 ? "ctx4k" : "ctx32k");
+            const std::string k = ctx == 0 ? "ctx0" : ctx == 512 ? "ctx512" : (ctx == 4096 ? "ctx4k" : "ctx32k");
             metrics["decode_" + k + "_tok_s"] = tps;
             metrics["decode_" + k + "_roofline_tok_s"] = roof;
             metrics["decode_" + k + "_bytes_per_step"] = bytes;
             ratios["decode_" + k + "_roofline"] = tps / roof;
             std::printf("decode ctx %6lld: %.2f tok/s, roofline %.2f tok/s (%.2f GB/step), ratio %.3f\n",
                         static_cast<long long>(ctx), tps, roof, bytes / 1e9, tps / roof);
+        }
+        if (!g_quant.empty()) {
+            // One speculative verify step (4 tokens, logits for all 4) over one plain step, at context 512.
+            auto step_ms = [&](int T) {
+                std::vector<int32_t> toks(static_cast<size_t>(T), 1000);
+                st->n_past = 512;
+                for (int i = 0; i < 3; ++i) model->forward(*st, toks, T, logits);
+                const int reps = 16;
+                const double t1 = now();
+                for (int i = 0; i < reps; ++i) {
+                    st->n_past = 512;
+                    model->forward(*st, toks, T, logits);
+                }
+                return (now() - t1) / reps * 1e3;
+            };
+            const double t1 = step_ms(1), t4 = step_ms(4);
+            metrics["step1_ms"] = t1;
+            metrics["verify4_ms"] = t4;
+            ratios["verify4_over_step1"] = t4 / t1;
+            std::printf("verify step (4 tokens) %.2f ms / plain step %.2f ms = %.3f\n", t4, t1, t4 / t1);
         }
         metrics["graph_captures"] = be.graph_stats().captures;
         metrics["graph_replays"] = be.graph_stats().replays;
@@ -274,7 +345,7 @@ int main(int argc, char** argv) {
         for (const auto& t : tensor_list())
             if (t.shape.size() == 2 && t.name.find("embed_tokens") == std::string::npos && t.name != "lm_head.weight")
                 proj_params += static_cast<double>(t.numel());
-        for (int64_t T : {int64_t{512}, int64_t{4096}}) {
+        for (int64_t T : g_quant.empty() ? std::vector<int64_t>{512, 4096} : std::vector<int64_t>{}) {
             const double gf = gemm_flops(T);
             std::vector<int32_t> prompt(static_cast<size_t>(T));
             for (auto& p : prompt) p = static_cast<int32_t>(rng() % V);
@@ -300,16 +371,7 @@ int main(int argc, char** argv) {
         }
         metrics["memory"] = be.memory_report();
 
-        cudaDeviceProp prop{};
-        cudaGetDeviceProperties(&prop, 0);
-        const auto tnow = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-        char date[32];
-        std::strftime(date, sizeof date, "%Y-%m-%dT%H:%MZ", std::gmtime(&tnow));
-        json res = {{"date", date}, {"commit", commit}, {"card", prop.name}, {"command", command},
-                    {"metrics", metrics}, {"ratios", ratios}};
-        const std::string s = res.dump(2);
-        std::printf("%s\n", s.c_str());
-        if (!out_path.empty()) std::ofstream(out_path) << s << "\n";
+        grimoire::bench::write_record(metrics, ratios, commit, command, out_path);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_qwen35_27b: %s\n", e.what());
         return 1;

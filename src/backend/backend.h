@@ -57,6 +57,9 @@ public:
     virtual void zero(Tensor& t) = 0;
     virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same dtype and element count
     virtual void synchronize() {}
+    // True when upload() fills tensors with pseudo-random values instead of reading them (--random-weights):
+    // quantized readers then skip decoding the packed data on the host.
+    virtual bool random_weights() const { return false; }
 
     // ---- ops (x, out in act dtype unless noted; shapes row-major) ----
     // out[T, H] = table[ids[t], :]; ids [T] I32 on the device; table any float dtype.

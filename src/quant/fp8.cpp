@@ -50,14 +50,16 @@ std::unique_ptr<Linear> probe_fp8(
         fail(*sc, "scale shape " + shape_str(ss) + " fits neither blocks, channels nor the tensor of weight " +
                       shape_str(w->shape));
     }
-    h.scales = read_scales(*sc);
-    h.w.assign(w->data, w->data + w->nbytes);
+    if (!be.random_weights()) {  // random weights: shapes only, the device fills the data
+        h.scales = read_scales(*sc);
+        h.w.assign(w->data, w->data + w->nbytes);
+    }
     const size_t bytes = w->nbytes + sc->nbytes;
     const std::string kind = h.bn == 1 && h.bk == K ? "per-channel"
                              : h.bn == N && h.bk == K && N != 1 ? "per-tensor"
                                                                 : std::to_string(h.bn) + "x" + std::to_string(h.bk);
     Tensor bias = load_bias(be, ckpt, prefix, N, allow_bias);
-    return make_fp8_linear(std::move(h), bias, "fp8 e4m3 " + kind, bytes);
+    return make_fp8_linear(be, std::move(h), bias, "fp8 e4m3 " + kind, bytes);
 }
 
 }  // namespace grimoire

@@ -46,9 +46,9 @@ namespace {
 
 void check_cpu_f32(const Backend& be, const Tensor& x, const Tensor& y, int64_t K, int64_t N,
                    const std::string& fmt) {
-    // The CUDA INT4/FP8 kernels are the second half of issue 5; until then these formats run on the CPU only.
+    // The CUDA implementations are separate classes (make_*_linear with the backend); this one is the CPU's.
     if (be.device() != Device::CPU || x.device != Device::CPU)
-        throw Error("quantized linear (" + fmt + "): no kernel for this backend yet (CPU only)");
+        throw Error("quantized linear (" + fmt + "): built for the CPU but called on " + be.name());
     GRIMOIRE_CHECK(x.dtype == DType::F32 && y.dtype == DType::F32, "CPU activations are F32");
     GRIMOIRE_CHECK(x.cols() == K && y.cols() == N && x.rows() == y.rows(), "quantized linear shape mismatch");
 }
@@ -123,6 +123,22 @@ std::unique_ptr<Linear> make_int4_linear(Int4Host w, Tensor bias, std::string fo
 std::unique_ptr<Linear> make_fp8_linear(Fp8Host w, Tensor bias, std::string format, size_t stored_bytes) {
     GRIMOIRE_CHECK(static_cast<int64_t>(w.w.size()) == w.N * w.K, "fp8 canonical sizes");
     return std::make_unique<Fp8Linear>(std::move(w), bias, std::move(format), stored_bytes);
+}
+
+std::unique_ptr<Linear> make_int4_linear(Backend& be, Int4Host w, Tensor bias, std::string format,
+                                         size_t stored_bytes) {
+#ifdef GRIMOIRE_HAVE_CUDA
+    if (be.device() == Device::CUDA) return make_cuda_int4_linear(be, std::move(w), bias, std::move(format), stored_bytes);
+#endif
+    return make_int4_linear(std::move(w), bias, std::move(format), stored_bytes);
+}
+
+std::unique_ptr<Linear> make_fp8_linear(Backend& be, Fp8Host w, Tensor bias, std::string format,
+                                        size_t stored_bytes) {
+#ifdef GRIMOIRE_HAVE_CUDA
+    if (be.device() == Device::CUDA) return make_cuda_fp8_linear(be, std::move(w), bias, std::move(format), stored_bytes);
+#endif
+    return make_fp8_linear(std::move(w), bias, std::move(format), stored_bytes);
 }
 
 }  // namespace grimoire

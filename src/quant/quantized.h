@@ -31,8 +31,20 @@ struct Fp8Host {
 
 // `format` names the checkpoint format for format(); `stored_bytes` is what the checkpoint stores for this
 // layer (packed weights + scales + zeros), the roofline numerator. `bias` [N] F32 may be empty.
+// With a Backend the Linear is built for that backend's device (CUDA: repacked and uploaded at load; with
+// be.random_weights() the host weight may carry shapes and g_idx only, see backend/cuda/quant_linear.cpp).
+// Without one it is the CPU implementation.
+std::unique_ptr<Linear> make_int4_linear(Backend& be, Int4Host w, Tensor bias, std::string format,
+                                         size_t stored_bytes);
+std::unique_ptr<Linear> make_fp8_linear(Backend& be, Fp8Host w, Tensor bias, std::string format,
+                                        size_t stored_bytes);
 std::unique_ptr<Linear> make_int4_linear(Int4Host w, Tensor bias, std::string format, size_t stored_bytes);
 std::unique_ptr<Linear> make_fp8_linear(Fp8Host w, Tensor bias, std::string format, size_t stored_bytes);
+// The CUDA implementations (defined only in CUDA builds; backend/cuda/quant_linear.cpp).
+std::unique_ptr<Linear> make_cuda_int4_linear(Backend& be, Int4Host w, Tensor bias, std::string format,
+                                              size_t stored_bytes);
+std::unique_ptr<Linear> make_cuda_fp8_linear(Backend& be, Fp8Host w, Tensor bias, std::string format,
+                                             size_t stored_bytes);
 
 // Probes (see quant/formats.h for the contract).
 std::unique_ptr<Linear> probe_gptq(  // qweight/qzeros/scales[/g_idx]: GPTQ, AutoRound auto_gptq, AWQ packings

@@ -144,9 +144,37 @@ void CudaBackend::fill_random(Tensor& t, const std::string& name) {
     else if (ends_with(name, "conv1d.weight")) amp = 0.5f;
     else if (name.find("embed_tokens") != std::string::npos) amp = 1.0f;
     else if (t.ndim == 2) amp = std::sqrt(3.0f / static_cast<float>(t.dim(1)));
+    cuda::random_fill(t.data, t.dtype, t.numel(), random_seed_for(name), amp, offset, stream_);
+}
+
+uint64_t CudaBackend::random_seed_for(const std::string& name) const {
+    GRIMOIRE_CHECK(random_seed_.has_value(), "random_seed_for without --random-weights");
     uint64_t seed = *random_seed_;
     for (char c : name) seed = seed * 1099511628211ull ^ static_cast<uint8_t>(c);
-    cuda::random_fill(t.data, t.dtype, t.numel(), seed, amp, offset, stream_);
+    return seed;
+}
+
+void* CudaBackend::weight_buffer(size_t bytes, const void* host) {
+    void* p = mem_->alloc(bytes, cuda::Pool::WEIGHTS);
+    if (host && bytes) {
+        GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, stream_));
+        GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `host` may be freed after we return
+    }
+    report_upload(bytes);
+    return p;
+}
+
+void CudaBackend::reserve_quant_ws(QuantWs which, size_t bytes) {
+    WsBuf& b = quant_ws_[static_cast<int>(which)];
+    if (bytes <= b.bytes) return;
+    graph_->flush();  // nothing recorded may still point at the old buffer
+    GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    graph_->clear_cache();
+    if (b.ptr) mem_->free(b.ptr);
+    b.ptr = mem_->alloc(bytes, cuda::Pool::WORKSPACE);
+    b.bytes = bytes;
+    GRIMOIRE_CUDA_CHECK(cudaMemsetAsync(b.ptr, 0, bytes, stream_));
+    GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 Tensor CudaBackend::upload(const TensorInfo& t, DType as) {

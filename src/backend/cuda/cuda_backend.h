@@ -19,6 +19,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -92,6 +93,21 @@ public:
     std::string memory_report() const;
     cudaStream_t stream() const { return stream_; }
 
+    // ---- hooks for the quantized linears (src/backend/cuda/quant_linear.cpp) ----
+    bool random_weights() const override { return random_seed_.has_value(); }
+    // Records a launch like the built-in ops do (runs now when graphs are off, else at the next sync point).
+    void record(uint64_t key, std::function<void(cudaStream_t)> fn) { graph_->record(key, std::move(fn)); }
+    // Persistent device buffer in the weights pool, filled from `host` (or left uninitialised when null).
+    void* weight_buffer(size_t bytes, const void* host);
+    // Workspaces every quantized linear shares (ops run one after another on one stream). reserve_* grow them
+    // (zero-filled) and must be called at load time, before any step that uses them is recorded.
+    enum class QuantWs { PARTIALS, COUNTERS, DEQUANT, NUM };
+    void reserve_quant_ws(QuantWs which, size_t bytes);
+    void* quant_ws(QuantWs which) const { return quant_ws_[static_cast<int>(which)].ptr; }
+    size_t quant_ws_bytes(QuantWs which) const { return quant_ws_[static_cast<int>(which)].bytes; }
+    // Salted seed for a random-weights fill of the named tensor (requires random_weights()).
+    uint64_t random_seed_for(const std::string& name) const;
+
 private:
     Tensor make(DType dtype, std::initializer_list<int64_t> shape, cuda::Pool pool);
     Tensor make_shaped(DType dtype, const std::vector<int64_t>& shape, cuda::Pool pool);
@@ -116,6 +132,11 @@ private:
     int* int_slots_ = nullptr;  // device ints for per-step scalars
     int n_int_slots_ = 0;
     std::optional<uint64_t> random_seed_;
+    struct WsBuf {
+        void* ptr = nullptr;
+        size_t bytes = 0;
+    };
+    WsBuf quant_ws_[static_cast<int>(QuantWs::NUM)];
     // upload progress
     size_t uploaded_ = 0;
     double upload_t0_ = 0, last_report_ = 0;

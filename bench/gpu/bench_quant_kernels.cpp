@@ -1,0 +1,256 @@
+// INT4 / FP8 quantized-weight kernels on the 27B layer shapes, against the limits measured in the same run:
+// device copy bandwidth (read + write bytes / s) for the M = 1..16 kernels and the cuBLAS BF16 GEMM of the same
+// shape for the prefill path (dequantize + GEMM).
+//
+//   bench_quant_kernels [--out results.json] [--commit SHA] [--anchor torch_anchor.json]
+//
+// Weights are random (packed words and scales filled on the device) and rotated over enough copies that
+// every launch streams from HBM, not from the 50 MB L2. Effective bandwidth = bytes the kernel must read
+// (packed weights + scales + zeros) / time. --anchor merges the figures bench/gpu/anchor_torch_int4.py measured
+// (torch._weight_int4pack_mm) in the same device session.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench_record.h"
+#include "core/error.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/quant.h"
+
+using grimoire::DType;
+using grimoire::Error;
+using grimoire::Tensor;
+using json = nlohmann::json;
+namespace gc = grimoire::cuda;
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+void* dalloc(size_t n) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, n ? n : 1), "cudaMalloc");
+    return p;
+}
+
+// Mean milliseconds of fn(i) over `reps` launches after 3 warm-ups.
+double time_ms(const std::function<void(int)>& fn, int reps) {
+    for (int i = 0; i < 3; ++i) fn(i);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0);
+    for (int i = 0; i < reps; ++i) fn(i);
+    cudaEventRecord(e1);
+    check(cudaEventSynchronize(e1), "timing");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ms / reps;
+}
+
+double copy_bandwidth() {
+    const size_t n = 4ull << 30;
+    void *a = dalloc(n), *b = dalloc(n);
+    const double ms = time_ms([&](int) { cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice); }, 10);
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * n / (ms * 1e-3);
+}
+
+struct Shape {
+    const char* name;
+    int64_t N, K;
+};
+
+// Random INT4 (symmetric, group 128, F16 scales) or FP8 (128x128 blocks) weights, `copies` of them.
+struct QWeights {
+    std::vector<gc::Int4Dev> i4;
+    std::vector<gc::Fp8Dev> f8;
+    size_t bytes = 0;  // one copy: what a kernel must read
+    std::vector<void*> bufs;
+    ~QWeights() {
+        for (void* p : bufs) cudaFree(p);
+    }
+};
+
+void make_weights(QWeights& q, bool fp8, int64_t N, int64_t K, int copies) {
+    const int64_t NT = (N + 15) / 16, KC = (K + 63) / 64;
+    for (int c = 0; c < copies; ++c) {
+        if (!fp8) {
+            gc::Int4Dev d;
+            d.N = N, d.K = K, d.NT = NT, d.KC = KC, d.G = (K + 127) / 128, d.group_size = 128;
+            d.scale_dtype = DType::F16;
+            const size_t nw = static_cast<size_t>(NT * KC * 128), ns = static_cast<size_t>(d.G * NT * 16);
+            auto* w = static_cast<uint32_t*>(dalloc(nw * 4));
+            void* s = dalloc(ns * 2);
+            q.bufs.push_back(w), q.bufs.push_back(s);
+            gc::random_bits(w, static_cast<int64_t>(nw), 100 + c, 0xFFFFFFFFu, nullptr);
+            gc::random_fill(s, DType::F16, static_cast<int64_t>(ns), 200 + c, 0.0005f, 0.0015f, nullptr);
+            d.words = w, d.scales = s;
+            q.i4.push_back(d);
+            q.bytes = nw * 4 + ns * 2;
+        } else {
+            gc::Fp8Dev d;
+            d.N = N, d.K = K, d.NT = NT, d.KC = KC, d.bn = 128, d.bk = 128, d.SN = (N + 127) / 128, d.SG = (K + 127) / 128;
+            const size_t nw = static_cast<size_t>(NT * KC * 256), ns = static_cast<size_t>(d.SN * d.SG);
+            auto* w = static_cast<uint32_t*>(dalloc(nw * 4));
+            auto* s = static_cast<float*>(dalloc(ns * 4));
+            q.bufs.push_back(w), q.bufs.push_back(s);
+            gc::random_bits(w, static_cast<int64_t>(nw), 300 + c, 0xBFBFBFBFu, nullptr);
+            gc::random_fill(s, DType::F32, static_cast<int64_t>(ns), 400 + c, 0.005f, 0.02f, nullptr);
+            d.words = w, d.scales = s;
+            q.f8.push_back(d);
+            q.bytes = nw * 4 + ns * 4;
+        }
+    }
+    check(cudaDeviceSynchronize(), "fill");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string out_path, commit = "unknown", anchor_path, command = "bench_quant_kernels", only;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        command += " " + a;
+        auto val = [&]() -> std::string {
+            if (i + 1 >= argc) throw Error("missing value for " + a);
+            command += std::string(" ") + argv[i + 1];
+            return argv[++i];
+        };
+        if (a == "--out") out_path = val();
+        else if (a == "--commit") commit = val();
+        else if (a == "--anchor") anchor_path = val();
+        else if (a == "--only") only = val();  // "<int4|fp8>:<shape>" (profiling runs)
+        else {
+            std::fprintf(stderr, "usage: bench_quant_kernels [--out FILE] [--commit SHA] [--anchor FILE]\n");
+            return 2;
+        }
+    }
+    try {
+        json metrics, ratios;
+        const double bw = copy_bandwidth();
+        metrics["copy_bandwidth_GBps"] = bw / 1e9;
+        std::printf("copy bandwidth (read+write): %.0f GB/s\n", bw / 1e9);
+
+        const Shape shapes[] = {{"gate_up", 34816, 5120}, {"down", 5120, 17408}, {"q_gate", 12288, 5120},
+                                {"gdn_qkv", 10240, 5120}, {"o_proj", 5120, 6144}, {"lm_head", 248320, 5120}};
+        const size_t rot_bytes = 400ull << 20;  // > 8x the L2: every launch reads HBM
+        void* xbuf = dalloc(16 * 17408 * 2);
+        check(cudaMemset(xbuf, 0x3c, 16 * 17408 * 2), "memset");
+        void* ybuf = dalloc(16 * 248320 * 4);
+        for (bool fp8 : {false, true}) {
+            const std::string fmt = fp8 ? "fp8" : "int4";
+            for (const Shape& sh : shapes) {
+                if (!only.empty() && only != fmt + ":" + sh.name) continue;
+                const size_t one = static_cast<size_t>(sh.N * sh.K) / (fp8 ? 1 : 2);
+                const int copies = static_cast<int>(std::max<size_t>(1, (rot_bytes + one - 1) / one));
+                QWeights q;
+                make_weights(q, fp8, sh.N, sh.K, copies);
+                size_t pb = 0;
+                int nc = 0;
+                gc::qmm_workspace_need(sh.N, sh.K, &pb, &nc);
+                gc::QmmWorkspace ws;
+                ws.partials = static_cast<float*>(dalloc(pb)), ws.partial_bytes = pb;
+                ws.counters = static_cast<int*>(dalloc(static_cast<size_t>(nc) * 4)), ws.n_counters = nc;
+                check(cudaMemset(ws.counters, 0, static_cast<size_t>(nc) * 4), "memset");
+                const std::string tag = std::to_string(sh.N) + "x" + std::to_string(sh.K);
+                double t1 = 0;
+                for (int M : {1, 2, 4, 8, 16}) {
+                    Tensor x(xbuf, DType::BF16, grimoire::Device::CUDA, {M, sh.K});
+                    Tensor y(ybuf, DType::BF16, grimoire::Device::CUDA, {M, sh.N});
+                    const double ms = time_ms(
+                        [&](int i) {
+                            if (fp8) gc::qmm_fp8(q.f8[static_cast<size_t>(i % copies)], x, y, ws, nullptr);
+                            else gc::qmm_int4(q.i4[static_cast<size_t>(i % copies)], x, y, ws, nullptr);
+                        },
+                        std::max(20, 2 * copies));
+                    const double ebw = static_cast<double>(q.bytes) / (ms * 1e-3);
+                    metrics[fmt + "_" + sh.name + "_M" + std::to_string(M) + "_us"] = ms * 1e3;
+                    if (M == 1) {
+                        t1 = ms;
+                        metrics[fmt + "_m1_GBps_" + tag] = ebw / 1e9;
+                        ratios[fmt + "_m1_bw_" + tag] = ebw / bw;
+                    }
+                    if (M == 16) ratios[fmt + "_m16_over_m1_" + tag] = ms / t1;
+                    std::printf("%s %-8s %6lld x %-6lld M %2d: %8.2f us  %6.0f GB/s  (%.2f of copy)\n", fmt.c_str(),
+                                sh.name, static_cast<long long>(sh.N), static_cast<long long>(sh.K), M, ms * 1e3,
+                                ebw / 1e9, ebw / bw);
+                }
+                // Prefill on gate_up: dequantize to BF16 + cuBLAS vs cuBLAS on a BF16 weight alone.
+                if (std::string(sh.name) == "gate_up") {
+                    cublasHandle_t h;
+                    cublasCreate(&h);
+                    void* wd = dalloc(static_cast<size_t>(sh.N * sh.K) * 2);
+                    check(cudaMemset(wd, 0x3c, static_cast<size_t>(sh.N * sh.K) * 2), "memset");
+                    for (int M : {512, 4096}) {
+                        void* xp = dalloc(static_cast<size_t>(M) * sh.K * 2);
+                        void* yp = dalloc(static_cast<size_t>(M) * sh.N * 2);
+                        check(cudaMemset(xp, 0x3c, static_cast<size_t>(M) * sh.K * 2), "memset");
+                        const float al = 1, be0 = 0;
+                        auto gemm = [&] {
+                            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(sh.N), M, static_cast<int>(sh.K),
+                                         &al, wd, CUDA_R_16BF, static_cast<int>(sh.K), xp, CUDA_R_16BF,
+                                         static_cast<int>(sh.K), &be0, yp, CUDA_R_16BF, static_cast<int>(sh.N),
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                        };
+                        const double tg = time_ms([&](int) { gemm(); }, 10);
+                        const double tq = time_ms(
+                            [&](int i) {
+                                if (fp8) gc::dequant_fp8(q.f8[static_cast<size_t>(i % copies)], wd, DType::BF16, nullptr);
+                                else gc::dequant_int4(q.i4[static_cast<size_t>(i % copies)], wd, DType::BF16, nullptr);
+                                gemm();
+                            },
+                            10);
+                        const std::string k = fmt + "_prefill_" + std::to_string(M);
+                        metrics[k + "_us"] = tq * 1e3;
+                        metrics["cublas_bf16_" + std::to_string(M) + "x" + tag + "_us"] = tg * 1e3;
+                        metrics["cublas_bf16_" + std::to_string(M) + "_TFLOPs"] = 2.0 * M * sh.N * sh.K / (tg * 1e-3) / 1e12;
+                        ratios[k + "_vs_cublas"] = tg / tq;
+                        std::printf("%s prefill M %4d on %s: %.1f us vs cuBLAS BF16 %.1f us (%.0f TFLOP/s): %.2f\n",
+                                    fmt.c_str(), M, tag.c_str(), tq * 1e3, tg * 1e3,
+                                    2.0 * M * sh.N * sh.K / (tg * 1e-3) / 1e12, tg / tq);
+                        cudaFree(xp);
+                        cudaFree(yp);
+                    }
+                    cudaFree(wd);
+                    cublasDestroy(h);
+                }
+                cudaFree(ws.partials);
+                cudaFree(ws.counters);
+            }
+        }
+        if (!anchor_path.empty()) {
+            std::ifstream f(anchor_path);
+            if (f) {
+                json a = json::parse(f);
+                for (auto& [k, v] : a["metrics"].items()) metrics["anchor_" + k] = v;
+                if (a["metrics"].contains("torch_int4pack_m1_GBps_34816x5120"))
+                    ratios["anchor_torch_int4_m1_bw_34816x5120"] =
+                        a["metrics"]["torch_int4pack_m1_GBps_34816x5120"].get<double>() * 1e9 / bw;
+                if (a["metrics"].contains("torch_int4pack_m16_over_m1_34816x5120"))
+                    ratios["anchor_torch_int4_m16_over_m1_34816x5120"] = a["metrics"]["torch_int4pack_m16_over_m1_34816x5120"];
+            } else {
+                std::printf("no anchor file %s\n", anchor_path.c_str());
+            }
+        }
+        grimoire::bench::write_record(metrics, ratios, commit, command, out_path);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_quant_kernels: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

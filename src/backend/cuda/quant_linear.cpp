@@ -1,0 +1,205 @@
+// The INT4 and FP8 Linear implementations on the CUDA backend. At load the canonical weight (quant/quantized.h)
+// is repacked into the tensor-core tile layout (quant/repack.h) and copied to the device once; the host copy
+// is dropped. forward() picks the kernel by the number of rows:
+//   M <= 16  qmm_int4 / qmm_fp8: one pass over the packed weight, cost flat in M (decode, verify, batches);
+//   M > 16   dequantize to a shared BF16 workspace, then the cuBLAS GEMM (prefill: compute-bound there).
+// With --random-weights the packed words and scales are filled on the device instead (the reader skips the
+// host decode and passes an Int4Host / Fp8Host without data).
+#include <cstring>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_util.h"
+#include "core/error.h"
+#include "kernels/cuda/kernels.h"
+#include "kernels/cuda/quant.h"
+#include "quant/quantized.h"
+#include "quant/repack.h"
+
+namespace grimoire {
+
+namespace {
+
+constexpr uint64_t kOpQmm = 0x514d4d00ull, kOpDequant = 0x44455100ull;
+
+CudaBackend& cuda_of(Backend& be) {
+    auto* c = dynamic_cast<CudaBackend*>(&be);
+    GRIMOIRE_CHECK(c != nullptr, "CUDA quantized linear used with a non-CUDA backend");
+    return *c;
+}
+
+template <class T>
+void download(const void* dev, std::vector<T>& host, size_t n) {
+    host.resize(n);
+    if (n) GRIMOIRE_CUDA_CHECK(cudaMemcpy(host.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost));
+}
+
+DType scale_dtype(ScaleType t) {
+    return t == ScaleType::F16 ? DType::F16 : t == ScaleType::BF16 ? DType::BF16 : DType::F32;
+}
+
+// What both formats share: workspaces, the M <= 16 / M > 16 split, the bias.
+class CudaQuantLinear : public Linear {
+  public:
+    CudaQuantLinear(CudaBackend& be, int64_t N, int64_t K, Tensor bias, std::string fmt, size_t bytes)
+        : N_(N), K_(K), wdt_(be.act_dtype() == DType::F32 ? DType::F32 : DType::BF16), bias_(bias),
+          fmt_(std::move(fmt)), bytes_(bytes) {
+        size_t partial = 0;
+        int counters = 0;
+        cuda::qmm_workspace_need(N, K, &partial, &counters);
+        be.reserve_quant_ws(CudaBackend::QuantWs::PARTIALS, partial);
+        be.reserve_quant_ws(CudaBackend::QuantWs::COUNTERS, static_cast<size_t>(counters) * sizeof(int));
+        be.reserve_quant_ws(CudaBackend::QuantWs::DEQUANT, static_cast<size_t>(N * K) * dtype_size(wdt_));
+    }
+    int64_t in_features() const override { return K_; }
+    int64_t out_features() const override { return N_; }
+    std::string format() const override { return fmt_; }
+    size_t weight_bytes() const override { return bytes_ + (bias_.data ? bias_.nbytes() : 0); }
+
+    void forward(Backend& be, const Tensor& x, Tensor& y) const override {  // x [M, K], y [M, N] act dtype
+        CudaBackend& cb = cuda_of(be);
+        if (x.cols() != K_ || y.cols() != N_ || x.rows() != y.rows())
+            throw Error("quantized linear (" + fmt_ + "): x [" + std::to_string(x.rows()) + ", " +
+                        std::to_string(x.cols()) + "] does not fit the weight [" + std::to_string(N_) + ", " +
+                        std::to_string(K_) + "]");
+        const int64_t M = x.rows();
+        // The F32 reference mode takes the dequant + fp32 GEMM path at every M (the tensor-core kernel rounds
+        // activations to BF16), so it matches the CPU oracle up to summation order.
+        if (M <= cuda::kQmmMaxM && wdt_ == DType::BF16) {
+            cuda::QmmWorkspace ws;
+            ws.partials = static_cast<float*>(cb.quant_ws(CudaBackend::QuantWs::PARTIALS));
+            ws.partial_bytes = cb.quant_ws_bytes(CudaBackend::QuantWs::PARTIALS);
+            ws.counters = static_cast<int*>(cb.quant_ws(CudaBackend::QuantWs::COUNTERS));
+            ws.n_counters = static_cast<int>(cb.quant_ws_bytes(CudaBackend::QuantWs::COUNTERS) / sizeof(int));
+            Tensor xv = x, yv = y;
+            cb.record(cuda::KeyHasher().add(kOpQmm).add(xv).add(yv).add(id()).h,
+                      [this, xv, yv, ws](cudaStream_t s) mutable { run_small(xv, yv, ws, s); });
+        } else {
+            Tensor w(cb.quant_ws(CudaBackend::QuantWs::DEQUANT), wdt_, Device::CUDA, {N_, K_});
+            cb.record(cuda::KeyHasher().add(kOpDequant).add(w).add(id()).h,
+                      [this, w](cudaStream_t s) { run_dequant(w.data, w.dtype, s); });
+            cb.matmul(x, w, y);
+        }
+        if (bias_.data) be.add_bias(y, bias_);
+    }
+
+  protected:
+    virtual const void* id() const = 0;
+    virtual void run_small(const Tensor& x, Tensor& y, const cuda::QmmWorkspace& ws, cudaStream_t s) const = 0;
+    virtual void run_dequant(void* out, DType dt, cudaStream_t s) const = 0;
+    int64_t N_, K_;
+    DType wdt_;  // dequant workspace dtype: the activations' (BF16, or F32 in the reference mode)
+    Tensor bias_;
+    std::string fmt_;
+    size_t bytes_;
+};
+
+class CudaInt4Linear final : public CudaQuantLinear {
+  public:
+    CudaInt4Linear(CudaBackend& be, Int4Host&& h, Tensor bias, std::string fmt, size_t bytes)
+        : CudaQuantLinear(be, h.N, h.K, bias, std::move(fmt), bytes) {
+        PackedInt4 p;
+        const bool random = h.q.empty();
+        if (random) {  // --random-weights: symmetric, F16 scales, consecutive groups of K / G
+            p.N = h.N, p.K = h.K, p.G = h.G, p.group_size = h.G == 1 ? h.K : (h.K + h.G - 1) / h.G;
+            p.NT = (h.N + 15) / 16, p.KC = (h.K + 63) / 64;
+        } else {
+            p = repack_int4(h);
+        }
+        h = Int4Host{};  // the device copy is the only one from here on
+        d_.N = p.N, d_.K = p.K, d_.G = p.G, d_.group_size = p.group_size, d_.NT = p.NT, d_.KC = p.KC;
+        d_.scale_dtype = scale_dtype(p.scale_type);
+        const size_t nwords = static_cast<size_t>(p.NT * p.KC * 32 * 4);
+        const size_t nscales = static_cast<size_t>(p.G * p.NT * 16);
+        d_.words = static_cast<const uint32_t*>(be.weight_buffer(nwords * 4, random ? nullptr : p.words.data()));
+        d_.scales = be.weight_buffer(random ? nscales * 2 : p.scales.size(), random ? nullptr : p.scales.data());
+        if (!p.symmetric) d_.zeros = static_cast<const uint8_t*>(be.weight_buffer(p.zeros.size(), p.zeros.data()));
+        if (!p.perm.empty())
+            d_.perm = static_cast<const int32_t*>(be.weight_buffer(p.perm.size() * 4, p.perm.data()));
+        if (random) {
+            const uint64_t seed = be.random_seed_for(fmt_ + std::to_string(reinterpret_cast<uintptr_t>(d_.words)));
+            cuda::random_bits(const_cast<uint32_t*>(d_.words), static_cast<int64_t>(nwords), seed, 0xFFFFFFFFu,
+                              be.stream());
+            cuda::random_fill(const_cast<void*>(d_.scales), DType::F16, static_cast<int64_t>(nscales), seed + 1,
+                              0.0005f, 0.0015f, be.stream());
+        }
+    }
+    std::vector<float> dequantize() const override {
+        PackedInt4 p;
+        p.N = d_.N, p.K = d_.K, p.G = d_.G, p.group_size = d_.group_size, p.NT = d_.NT, p.KC = d_.KC;
+        p.scale_type = d_.scale_dtype == DType::F16 ? ScaleType::F16
+                       : d_.scale_dtype == DType::BF16 ? ScaleType::BF16 : ScaleType::F32;
+        const size_t ss = d_.scale_dtype == DType::F32 ? 4 : 2;
+        download(d_.words, p.words, static_cast<size_t>(p.NT * p.KC * 32 * 4));
+        download(d_.scales, p.scales, static_cast<size_t>(p.G * p.NT * 16) * ss);
+        p.symmetric = d_.zeros == nullptr;
+        if (d_.zeros) download(d_.zeros, p.zeros, static_cast<size_t>(p.G * p.NT * 16));
+        if (d_.perm) download(d_.perm, p.perm, static_cast<size_t>(p.K));
+        return unpack_int4(p);
+    }
+
+  private:
+    const void* id() const override { return d_.words; }
+    void run_small(const Tensor& x, Tensor& y, const cuda::QmmWorkspace& ws, cudaStream_t s) const override {
+        cuda::qmm_int4(d_, x, y, ws, s);
+    }
+    void run_dequant(void* out, DType dt, cudaStream_t s) const override { cuda::dequant_int4(d_, out, dt, s); }
+    cuda::Int4Dev d_;
+};
+
+class CudaFp8Linear final : public CudaQuantLinear {
+  public:
+    CudaFp8Linear(CudaBackend& be, Fp8Host&& h, Tensor bias, std::string fmt, size_t bytes)
+        : CudaQuantLinear(be, h.N, h.K, bias, std::move(fmt), bytes) {
+        PackedFp8 p;
+        const bool random = h.w.empty();
+        if (random) {
+            p.N = h.N, p.K = h.K, p.bn = h.bn, p.bk = h.bk;
+            p.NT = (h.N + 15) / 16, p.KC = (h.K + 63) / 64;
+            p.SN = (h.N + h.bn - 1) / h.bn, p.SG = (h.K + h.bk - 1) / h.bk;
+        } else {
+            p = repack_fp8(h);
+        }
+        h = Fp8Host{};
+        d_.N = p.N, d_.K = p.K, d_.NT = p.NT, d_.KC = p.KC, d_.bn = p.bn, d_.bk = p.bk, d_.SN = p.SN, d_.SG = p.SG;
+        const size_t nwords = static_cast<size_t>(p.NT * p.KC * 32 * 8);
+        const size_t nscales = static_cast<size_t>(p.SN * p.SG);
+        d_.words = static_cast<const uint32_t*>(be.weight_buffer(nwords * 4, random ? nullptr : p.words.data()));
+        d_.scales = static_cast<const float*>(be.weight_buffer(nscales * 4, random ? nullptr : p.scales.data()));
+        if (random) {
+            const uint64_t seed = be.random_seed_for(fmt_ + std::to_string(reinterpret_cast<uintptr_t>(d_.words)));
+            cuda::random_bits(const_cast<uint32_t*>(d_.words), static_cast<int64_t>(nwords), seed, 0xBFBFBFBFu,
+                              be.stream());
+            cuda::random_fill(const_cast<float*>(d_.scales), DType::F32, static_cast<int64_t>(nscales), seed + 1,
+                              0.005f, 0.02f, be.stream());
+        }
+    }
+    std::vector<float> dequantize() const override {
+        PackedFp8 p;
+        p.N = d_.N, p.K = d_.K, p.NT = d_.NT, p.KC = d_.KC, p.bn = d_.bn, p.bk = d_.bk, p.SN = d_.SN, p.SG = d_.SG;
+        download(d_.words, p.words, static_cast<size_t>(p.NT * p.KC * 32 * 8));
+        download(d_.scales, p.scales, static_cast<size_t>(p.SN * p.SG));
+        return unpack_fp8(p);
+    }
+
+  private:
+    const void* id() const override { return d_.words; }
+    void run_small(const Tensor& x, Tensor& y, const cuda::QmmWorkspace& ws, cudaStream_t s) const override {
+        cuda::qmm_fp8(d_, x, y, ws, s);
+    }
+    void run_dequant(void* out, DType dt, cudaStream_t s) const override { cuda::dequant_fp8(d_, out, dt, s); }
+    cuda::Fp8Dev d_;
+};
+
+}  // namespace
+
+std::unique_ptr<Linear> make_cuda_int4_linear(Backend& be, Int4Host w, Tensor bias, std::string format,
+                                              size_t stored_bytes) {
+    return std::make_unique<CudaInt4Linear>(cuda_of(be), std::move(w), bias, std::move(format), stored_bytes);
+}
+
+std::unique_ptr<Linear> make_cuda_fp8_linear(Backend& be, Fp8Host w, Tensor bias, std::string format,
+                                             size_t stored_bytes) {
+    return std::make_unique<CudaFp8Linear>(cuda_of(be), std::move(w), bias, std::move(format), stored_bytes);
+}
+
+}  // namespace grimoire

@@ -1,0 +1,62 @@
+// CUDA entry points for quantized weights (INT4 group-quantized, FP8 E4M3 block/channel-scaled), over the
+// device copies of the tile layout built by quant/repack.h.
+//   qmm_*:     y [M, N] = x [M, K] @ W^T for M = 1..16 on tensor cores (mma.sync m16n8k16, BF16 activations,
+//              fp32 accumulation), stream-K over one wave of blocks with a deterministic in-kernel reduction
+//              (decode, verify).
+//   dequant_*: W as a dense BF16 [N, K] matrix for the prefill path (then a cuBLAS GEMM); F32 for the F32
+//              reference mode, which runs every M through it.
+// Every launch is on the given stream and none synchronises (graph-capturable).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace grimoire::cuda {
+
+constexpr int kQmmMaxM = 16;
+
+// Device views of a repacked weight. Scales of an INT4 weight are [G][NT*16] in `scale_dtype` (F16, BF16 or
+// F32); zeros [G][NT*16] u8 or null (symmetric: every zero point is 8); perm [K] or null (act-order).
+struct Int4Dev {
+    const uint32_t* words = nullptr;  // [NT][KC][32][4]
+    const void* scales = nullptr;
+    DType scale_dtype = DType::F16;
+    const uint8_t* zeros = nullptr;
+    const int32_t* perm = nullptr;
+    int64_t N = 0, K = 0, G = 0, group_size = 0, NT = 0, KC = 0;
+};
+
+// FP8: scales f32 [SN][SG], W[n][k] = fp8(w) * scales[n / bn][k / bk].
+struct Fp8Dev {
+    const uint32_t* words = nullptr;  // [NT][KC][32][8]
+    const float* scales = nullptr;
+    int64_t N = 0, K = 0, NT = 0, KC = 0, bn = 1, bk = 1, SN = 0, SG = 0;
+};
+
+// Stream-K partials and per-column-block arrival counters the qmm kernels share (sequential on one stream).
+// `counters` must be zero before the first launch; every launch leaves them zero.
+struct QmmWorkspace {
+    float* partials = nullptr;
+    size_t partial_bytes = 0;
+    int* counters = nullptr;
+    int n_counters = 0;
+};
+// What a weight of [N, K] needs, for any M up to kQmmMaxM (so one reservation at load time covers every step).
+void qmm_workspace_need(int64_t N, int64_t K, size_t* partial_bytes, int* n_counters);
+
+// x [M, K] BF16 or F32; y [M, N] BF16 or F32. `blocks` > 0 forces the grid size (tests use it to exercise
+// column blocks split between many grid blocks), else one full wave of resident blocks.
+void qmm_int4(const Int4Dev& w, const Tensor& x, Tensor& y, const QmmWorkspace& ws, cudaStream_t s, int blocks = 0);
+void qmm_fp8(const Fp8Dev& w, const Tensor& x, Tensor& y, const QmmWorkspace& ws, cudaStream_t s, int blocks = 0);
+
+// out [N, K] BF16 or F32 = the dequantized weight in the checkpoint's channel order.
+void dequant_int4(const Int4Dev& w, void* out, DType out_dtype, cudaStream_t s);
+void dequant_fp8(const Fp8Dev& w, void* out, DType out_dtype, cudaStream_t s);
+
+// n u32 words of pseudo-random bits (SplitMix64 of seed and index), ANDed with `mask` (FP8: 0xBFBFBFBF keeps
+// every byte finite). Used for --random-weights of quantized layers.
+void random_bits(uint32_t* p, int64_t n, uint64_t seed, uint32_t mask, cudaStream_t s);
+
+}  // namespace grimoire::cuda

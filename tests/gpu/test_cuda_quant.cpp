@@ -1,0 +1,299 @@
+// CUDA INT4 / FP8 linears vs the CPU oracle (kernels/cpu/dequant.h) on the H200; skipped without a GPU.
+//
+// Kernel level (fresh random weights and inputs every run, output poisoned with NaN before each launch):
+//   M = 1..16 (qmm tensor-core kernel) and M = 17, 40 (dequant + cuBLAS) on odd shapes (N, K not multiples of
+//   the 16 x 64 tiles), group sizes 32 / 64 / 128 / channel, act-order, symmetric and asymmetric zeros, F16 /
+//   BF16 / F32 scales, FP8 128x128 blocks and per-channel. The reference is an fp64 sum over the exact
+//   dequantized weight and the BF16 input. Tolerances: the qmm kernel multiplies exact (q - z) by BF16 x into
+//   fp32 and applies the fp32 scale per group, so it differs from fp64 by fp32 summation only (~sqrt(K) * 6e-8
+//   of sum|w x|): 2e-5 * sum|w x| passes that 10x over, while one wrong weight moves a result by ~1/K of sum|w x|
+//   (>= 1e-3 at K <= 1000). The prefill path rounds W to BF16 first (2^-9 relative per weight): 3e-3 * sum|w x|.
+//   The same forward run three times (direct, captured, replayed) must give identical bits: the split-K
+//   reduction is deterministic and every launch leaves its arrival counters at zero.
+// Fixtures: every tests/fixtures/quant layer dequantizes on the device to exactly the CPU's weight.
+// Model: the tiny quantized Qwen3 fixtures in the F32 reference mode match the CPU to 1e-3 * max|logit|.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "../test_util.h"
+#include "gpu_test_util.h"
+#include "io/config.h"
+#include "kernels/cpu/dequant.h"
+#include "model/model.h"
+#include "quant/linear.h"
+#include "kernels/cuda/quant.h"
+#include "quant/quantized.h"
+#include "quant/repack.h"
+
+namespace grimoire {
+namespace {
+
+uint32_t fresh_seed() {
+    const uint32_t s = std::random_device{}();
+    std::printf("seed %u\n", s);
+    return s;
+}
+
+Int4Host random_int4(int64_t N, int64_t K, int64_t gs, bool act, bool sym, int scale_kind, std::mt19937& rng) {
+    Int4Host h;
+    h.N = N, h.K = K;
+    const int64_t group = gs > 0 ? gs : K;
+    h.G = (K + group - 1) / group;
+    h.q.resize(static_cast<size_t>(N * K));
+    for (auto& v : h.q) v = static_cast<uint8_t>(rng() & 15);
+    h.zeros.resize(static_cast<size_t>(h.G * N));
+    for (auto& z : h.zeros) z = sym ? 8 : static_cast<int32_t>(rng() % 17);
+    h.scales.resize(static_cast<size_t>(h.G * N));
+    // BF16 scales below fp16's normal range (6e-5) are not fp16-exact, so the BF16 kernel variant runs.
+    std::uniform_real_distribution<float> d(scale_kind == 1 ? 1e-7f : 1e-3f, scale_kind == 1 ? 5e-6f : 2e-2f);
+    for (auto& s : h.scales) {
+        const float v = d(rng);
+        s = scale_kind == 0 ? f16_to_f32(f32_to_f16(v)) : scale_kind == 1 ? bf16_to_f32(f32_to_bf16(v)) : v;
+    }
+    std::vector<int32_t> order(static_cast<size_t>(K));
+    std::iota(order.begin(), order.end(), 0);
+    if (act) std::shuffle(order.begin(), order.end(), rng);
+    h.g_idx.resize(static_cast<size_t>(K));
+    for (int64_t i = 0; i < K; ++i) h.g_idx[static_cast<size_t>(order[static_cast<size_t>(i)])] = static_cast<int32_t>(i / group);
+    return h;
+}
+
+Fp8Host random_fp8(int64_t N, int64_t K, bool block, std::mt19937& rng) {
+    Fp8Host h;
+    h.N = N, h.K = K, h.bn = block ? 128 : 1, h.bk = block ? 128 : K;
+    h.w.resize(static_cast<size_t>(N * K));
+    for (auto& v : h.w) {
+        v = static_cast<uint8_t>(rng());
+        if ((v & 0x7F) == 0x7F) v ^= 1;
+    }
+    h.scales.resize(static_cast<size_t>(((N + h.bn - 1) / h.bn) * ((K + h.bk - 1) / h.bk)));
+    std::uniform_real_distribution<float> d(1e-3f, 2e-2f);
+    for (auto& s : h.scales) s = d(rng);
+    return h;
+}
+
+// Runs `lin` on M rows three times (direct / captured / replayed) and checks each against fp64.
+void check_linear(CudaBackend& gpu, const Linear& lin, const std::vector<float>& w, int64_t M, double rel,
+                  std::mt19937& rng, const std::string& what) {
+    const int64_t N = lin.out_features(), K = lin.in_features();
+    const std::vector<float> xv = test::rand_bf16(static_cast<size_t>(M * K), rng());
+    std::vector<double> want(static_cast<size_t>(M * N)), mag(static_cast<size_t>(M * N));
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+            double acc = 0, a = 0;
+            for (int64_t k = 0; k < K; ++k) {
+                const double p = double(xv[static_cast<size_t>(m * K + k)]) * double(w[static_cast<size_t>(n * K + k)]);
+                acc += p;
+                a += std::fabs(p);
+            }
+            want[static_cast<size_t>(m * N + n)] = acc, mag[static_cast<size_t>(m * N + n)] = a;
+        }
+    Tensor x = test::put(gpu, xv, DType::BF16, {M, K});
+    Tensor y = gpu.alloc_persistent(DType::F32, {M, N});
+    const std::vector<float> poison(static_cast<size_t>(M * N), NAN);
+    std::vector<float> first;
+    for (int rep = 0; rep < 3; ++rep) {
+        gpu.from_host(y, poison.data());
+        gpu.reset_scratch();
+        lin.forward(gpu, x, y);
+        const std::vector<float> got = test::get(gpu, y);
+        size_t bad = 0, worst = 0;
+        double worst_err = -1;
+        for (size_t i = 0; i < got.size(); ++i) {
+            const double err = std::fabs(double(got[i]) - want[i]) - (rel * mag[i] + 1e-12);
+            if (std::isnan(got[i]) || err > 0) ++bad;
+            if (std::isnan(got[i]) || err > worst_err) worst_err = std::isnan(got[i]) ? 1e30 : err, worst = i;
+        }
+        EXPECT_EQ(bad, 0u) << what << " M " << M << " rep " << rep << ": worst at m " << worst / N << " n "
+                           << worst % N << " got " << got[worst] << " want " << want[worst] << " mag " << mag[worst];
+        if (rep == 0) first = got;
+        else EXPECT_TRUE(std::memcmp(first.data(), got.data(), got.size() * 4) == 0) << what << " M " << M << " rep " << rep << " differs from rep 0";
+    }
+    gpu.free_persistent(y);
+    gpu.free_persistent(x);
+}
+
+struct Int4Case {
+    int64_t N, K, gs;
+    bool act, sym;
+    int scale_kind;  // 0 f16, 1 bf16, 2 f32
+};
+
+class CudaInt4 : public ::testing::TestWithParam<Int4Case> {};
+
+TEST_P(CudaInt4, MatchesOracleForEveryRowCount) {
+    GRIMOIRE_REQUIRE_GPU();
+    const Int4Case c = GetParam();
+    std::mt19937 rng(fresh_seed());
+    CudaBackend gpu(0, DType::BF16);
+    Int4Host h = random_int4(c.N, c.K, c.gs, c.act, c.sym, c.scale_kind, rng);
+    std::vector<float> w(static_cast<size_t>(c.N * c.K));
+    cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
+    auto lin = make_int4_linear(gpu, std::move(h), Tensor{}, "test int4", 0);
+    const std::vector<float> back = lin->dequantize();
+    EXPECT_TRUE(back == w) << "device copy does not dequantize to the oracle's weight";
+    const std::string what = "int4 " + std::to_string(c.N) + "x" + std::to_string(c.K) + " g" + std::to_string(c.gs) +
+                             (c.act ? " act" : "") + (c.sym ? " sym" : " asym");
+    for (int64_t M : {1, 2, 3, 5, 8, 9, 15, 16}) check_linear(gpu, *lin, w, M, 2e-5, rng, what);
+    for (int64_t M : {17, 40}) check_linear(gpu, *lin, w, M, 3e-3, rng, what + " prefill");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaInt4,
+    ::testing::Values(Int4Case{16, 64, 64, false, true, 0}, Int4Case{17, 200, 32, false, false, 0},
+                      Int4Case{1000, 384, 128, true, true, 1}, Int4Case{63, 1000, 0, false, false, 2},
+                      Int4Case{65, 640, 64, true, false, 0}, Int4Case{3, 96, 32, true, true, 2},
+                      Int4Case{1030, 2048, 128, false, true, 0}, Int4Case{300, 4160, 128, false, false, 1}));
+
+struct Fp8Case {
+    int64_t N, K;
+    bool block;
+};
+class CudaFp8 : public ::testing::TestWithParam<Fp8Case> {};
+
+TEST_P(CudaFp8, MatchesOracleForEveryRowCount) {
+    GRIMOIRE_REQUIRE_GPU();
+    const Fp8Case c = GetParam();
+    std::mt19937 rng(fresh_seed());
+    CudaBackend gpu(0, DType::BF16);
+    Fp8Host h = random_fp8(c.N, c.K, c.block, rng);
+    std::vector<float> w(static_cast<size_t>(c.N * c.K));
+    cpu::dequant_fp8_rows({h.w.data(), h.scales.data(), h.N, h.K, h.bn, h.bk}, 0, h.N, w.data());
+    auto lin = make_fp8_linear(gpu, std::move(h), Tensor{}, "test fp8", 0);
+    EXPECT_TRUE(lin->dequantize() == w) << "device copy does not dequantize to the oracle's weight";
+    const std::string what = "fp8 " + std::to_string(c.N) + "x" + std::to_string(c.K) + (c.block ? " block" : " channel");
+    for (int64_t M : {1, 2, 4, 7, 8, 11, 16}) check_linear(gpu, *lin, w, M, 2e-5, rng, what);
+    for (int64_t M : {17, 64}) check_linear(gpu, *lin, w, M, 3e-3, rng, what + " prefill");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaFp8,
+                         ::testing::Values(Fp8Case{16, 64, true}, Fp8Case{300, 260, true}, Fp8Case{17, 1000, false},
+                                           Fp8Case{1030, 2048, true}, Fp8Case{129, 4160, false}));
+
+// Every fixture layer written by tools/quantize.py: the CUDA linear holds exactly the CPU's weight.
+TEST(CudaQuantFixtures, DeviceWeightsEqualCpuWeights) {
+    GRIMOIRE_REQUIRE_GPU();
+    std::mt19937 rng(fresh_seed());
+    CudaBackend gpu(0, DType::BF16);
+    auto cpu = make_cpu_backend();
+    for (const char* f : {"gptq_sym_g128", "gptq_asym_g32_actorder", "gptq_v2_asym_g64", "gptq_v2_sym_actorder_chan",
+                          "autoround_gptq_asym_g128", "autoround_awq_asym_g64", "autoround_awq_sym_g128", "fp8_block",
+                          "fp8_channel"}) {
+        const std::string dir = test::fixtures_dir() + "/quant/" + f;
+        Checkpoint ckpt(dir);
+        const QuantConfig qc = QuantConfig::from_config(ConfigReader::from_file(dir + "/config.json"));
+        for (const char* m : {"layer.q_proj", "layer.up_proj", "layer.odd_proj"}) {
+            auto lc = load_linear(*cpu, ckpt, m, qc);
+            auto lg = load_linear(gpu, ckpt, m, qc);
+            const std::vector<float> w = lc->dequantize();
+            EXPECT_TRUE(lg->dequantize() == w) << f << " " << m;
+            if (lc->format() == "BF16" || ckpt.find(std::string(m) + ".bias")) continue;
+            for (int64_t M : {1, 4, 16}) check_linear(gpu, *lg, w, M, 2e-5, rng, std::string(f) + " " + m);
+        }
+    }
+}
+
+class CudaQuantModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaQuantModel, F32ModeMatchesCpu) {
+    GRIMOIRE_REQUIRE_GPU();
+    const std::string dir = test::fixtures_dir() + "/quant/" + GetParam();
+    auto cpu = make_cpu_backend();
+    CudaBackend gpu(0, DType::F32);
+    auto mc = load_model(dir, *cpu);
+    auto mg = load_model(dir, gpu);
+    SafetensorsFile ref(dir + "/reference.safetensors");
+    for (int p = 0; ref.tensors().count("prompt_" + std::to_string(p)); ++p) {
+        const TensorInfo& pi = ref.tensors().at("prompt_" + std::to_string(p));
+        std::vector<int32_t> ids(static_cast<size_t>(pi.numel()));
+        std::memcpy(ids.data(), pi.data, pi.nbytes);
+        const int64_t T = static_cast<int64_t>(ids.size());
+        auto sc = mc->new_state(T), sg = mg->new_state(T);
+        std::vector<float> lc, lg;
+        mc->forward(*sc, ids, T, lc);
+        mg->forward(*sg, ids, T, lg);
+        double mx = 0;
+        for (float v : lc) mx = std::max(mx, double(std::fabs(v)));
+        test::expect_close(lg, lc, 1e-3 * mx + 1e-3, 0, GetParam() + " prompt " + std::to_string(p));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantModel, ::testing::Values("qwen3_gptq", "qwen3_awq", "qwen3_fp8"));
+
+}  // namespace
+}  // namespace grimoire
+
+namespace grimoire {
+namespace {
+
+// The stream-K split directly: a forced small grid makes grid blocks cover several column blocks and cut others
+// in the middle (whole, first-partial and last-partial segments in one launch), on an act-order asymmetric weight.
+TEST(CudaQmmStreamK, AnyGridSizeGivesTheSameResult) {
+    GRIMOIRE_REQUIRE_GPU();
+    std::mt19937 rng(fresh_seed());
+    const int64_t N = 1030, K = 2048;
+    Int4Host h = random_int4(N, K, 128, true, false, 0, rng);
+    std::vector<float> w(static_cast<size_t>(N * K));
+    cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
+    const PackedInt4 p = repack_int4(h);
+    auto up = [](const void* src, size_t bytes) {
+        void* d = nullptr;
+        EXPECT_EQ(cudaMalloc(&d, bytes), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+        return d;
+    };
+    cuda::Int4Dev d;
+    d.N = p.N, d.K = p.K, d.G = p.G, d.group_size = p.group_size, d.NT = p.NT, d.KC = p.KC;
+    d.scale_dtype = DType::F16;
+    ASSERT_EQ(p.scale_type, ScaleType::F16);
+    d.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
+    d.scales = up(p.scales.data(), p.scales.size());
+    d.zeros = static_cast<const uint8_t*>(up(p.zeros.data(), p.zeros.size()));
+    d.perm = static_cast<const int32_t*>(up(p.perm.data(), p.perm.size() * 4));
+    size_t pb = 0;
+    int nc = 0;
+    cuda::qmm_workspace_need(N, K, &pb, &nc);
+    cuda::QmmWorkspace ws;
+    ws.partials = static_cast<float*>(up(std::vector<uint8_t>(pb).data(), pb)), ws.partial_bytes = pb;
+    ws.counters = static_cast<int*>(up(std::vector<int>(static_cast<size_t>(nc)).data(), static_cast<size_t>(nc) * 4));
+    ws.n_counters = nc;
+    for (int64_t M : {1, 7, 16}) {
+        const std::vector<float> xv = test::rand_bf16(static_cast<size_t>(M * K), rng());
+        std::vector<uint16_t> xb(xv.size());
+        for (size_t i = 0; i < xv.size(); ++i) xb[i] = f32_to_bf16(xv[i]);
+        Tensor x(up(xb.data(), xb.size() * 2), DType::BF16, Device::CUDA, {M, K});
+        Tensor y(nullptr, DType::F32, Device::CUDA, {M, N});
+        y.data = up(std::vector<float>(static_cast<size_t>(M * N), NAN).data(), static_cast<size_t>(M * N) * 4);
+        for (int blocks : {1, 5, 13, 64}) {
+            ASSERT_EQ(cudaMemset(y.data, 0xff, static_cast<size_t>(M * N) * 4), cudaSuccess);  // NaN poison
+            cuda::qmm_int4(d, x, y, ws, nullptr, blocks);
+            std::vector<float> got(static_cast<size_t>(M * N));
+            ASSERT_EQ(cudaMemcpy(got.data(), y.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+            size_t bad = 0;
+            for (int64_t m = 0; m < M; ++m)
+                for (int64_t n = 0; n < N; ++n) {
+                    double acc = 0, mag = 0;
+                    for (int64_t k = 0; k < K; ++k) {
+                        const double t = double(xv[static_cast<size_t>(m * K + k)]) * w[static_cast<size_t>(n * K + k)];
+                        acc += t, mag += std::fabs(t);
+                    }
+                    const float g = got[static_cast<size_t>(m * N + n)];
+                    bad += !(std::fabs(g - acc) <= 2e-5 * mag + 1e-12);
+                }
+            EXPECT_EQ(bad, 0u) << "M " << M << " blocks " << blocks;
+        }
+        cudaFree(x.data);
+        cudaFree(y.data);
+    }
+    for (const void* ptr : {static_cast<const void*>(d.words), d.scales, static_cast<const void*>(d.zeros),
+                            static_cast<const void*>(d.perm), static_cast<const void*>(ws.partials),
+                            static_cast<const void*>(ws.counters)})
+        cudaFree(const_cast<void*>(ptr));
+}
+
+}  // namespace
+}  // namespace grimoire

@@ -1,0 +1,124 @@
+// The load-time repacking into the CUDA kernels' tile layout (quant/repack.h), checked on the CPU: unpacking a
+// repacked weight must give back exactly what the CPU oracle dequantizes from the canonical weight, for odd
+// shapes (N, K not multiples of the 16 x 64 tiles), every group size, act-order permutations, symmetric and
+// asymmetric zero points and each scale dtype. The GPU tests then only need to trust the same layout.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/dequant.h"
+#include "quant/repack.h"
+
+namespace grimoire {
+namespace {
+
+Int4Host random_int4(int64_t N, int64_t K, int64_t gs, bool act_order, bool sym, ScaleType st, uint32_t seed) {
+    std::mt19937 rng(seed);
+    Int4Host h;
+    h.N = N, h.K = K, h.G = gs > 0 ? (K + gs - 1) / gs : 1;
+    const int64_t group = gs > 0 ? gs : K;
+    h.q.resize(static_cast<size_t>(N * K));
+    for (auto& v : h.q) v = static_cast<uint8_t>(rng() & 15);
+    h.zeros.resize(static_cast<size_t>(h.G * N));
+    for (auto& z : h.zeros) z = sym ? 8 : static_cast<int32_t>(rng() % 17);  // v1 zeros reach 16
+    h.scales.resize(static_cast<size_t>(h.G * N));
+    // BF16 scales below fp16's normal range (6e-5) are not fp16-exact, so the BF16 layout is exercised.
+    std::uniform_real_distribution<float> d(st == ScaleType::BF16 ? 1e-7f : 1e-4f, st == ScaleType::BF16 ? 5e-6f : 3e-2f);
+    for (auto& s : h.scales) {
+        const float v = d(rng);
+        s = st == ScaleType::F16 ? f16_to_f32(f32_to_f16(v)) : st == ScaleType::BF16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+    }
+    // GPTQ act-order: g_idx[k] = (position of k in a random order) / group.
+    std::vector<int32_t> order(static_cast<size_t>(K));
+    std::iota(order.begin(), order.end(), 0);
+    if (act_order) std::shuffle(order.begin(), order.end(), rng);
+    h.g_idx.resize(static_cast<size_t>(K));
+    for (int64_t i = 0; i < K; ++i) h.g_idx[static_cast<size_t>(order[static_cast<size_t>(i)])] = static_cast<int32_t>(i / group);
+    return h;
+}
+
+std::vector<float> oracle_int4(const Int4Host& h) {
+    std::vector<float> out(static_cast<size_t>(h.N * h.K));
+    cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N,
+                           out.data());
+    return out;
+}
+
+struct Int4Case {
+    int64_t N, K, gs;
+    bool act_order, sym;
+    ScaleType st;
+};
+
+class Repack4 : public ::testing::TestWithParam<Int4Case> {};
+
+TEST_P(Repack4, UnpackEqualsOracleExactly) {
+    const Int4Case c = GetParam();
+    const Int4Host h = random_int4(c.N, c.K, c.gs, c.act_order, c.sym, c.st, static_cast<uint32_t>(c.N * 31 + c.K));
+    const PackedInt4 p = repack_int4(h);
+    EXPECT_EQ(p.symmetric, c.sym);
+    EXPECT_EQ(p.scale_type, c.st);
+    EXPECT_EQ(p.perm.empty(), !c.act_order);
+    EXPECT_EQ(p.words.size(), static_cast<size_t>(((c.N + 15) / 16) * ((c.K + 63) / 64) * 128));
+    const std::vector<float> want = oracle_int4(h), got = unpack_int4(p);
+    ASSERT_EQ(got.size(), want.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i];
+    EXPECT_EQ(bad, 0u) << "of " << got.size();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Repack4,
+    ::testing::Values(Int4Case{16, 64, 64, false, true, ScaleType::F16}, Int4Case{17, 200, 32, false, false, ScaleType::F16},
+                      Int4Case{40, 384, 128, true, true, ScaleType::BF16}, Int4Case{33, 1000, 0, false, false, ScaleType::F32},
+                      Int4Case{65, 320, 64, true, false, ScaleType::F16}, Int4Case{3, 96, 32, true, true, ScaleType::F32},
+                      Int4Case{130, 1024, 128, false, false, ScaleType::BF16}));
+
+TEST(Repack4, UnequalGroupsAreRefused) {
+    Int4Host h = random_int4(16, 128, 32, false, true, ScaleType::F16, 1);
+    h.g_idx[0] = 1;  // group 0 now has 31 channels, group 1 has 33
+    EXPECT_THROW(repack_int4(h), Error);
+}
+
+TEST(Repack4, GroupsNotMultipleOf16AreRefused) {
+    const Int4Host h = random_int4(16, 120, 24, false, true, ScaleType::F16, 2);
+    EXPECT_THROW(repack_int4(h), Error);
+}
+
+struct Fp8Case {
+    int64_t N, K, bn, bk;
+};
+class RepackFp8 : public ::testing::TestWithParam<Fp8Case> {};
+
+TEST_P(RepackFp8, UnpackEqualsOracleExactly) {
+    const Fp8Case c = GetParam();
+    std::mt19937 rng(static_cast<uint32_t>(c.N + 7 * c.K));
+    Fp8Host h;
+    h.N = c.N, h.K = c.K, h.bn = c.bn, h.bk = c.bk;
+    h.w.resize(static_cast<size_t>(c.N * c.K));
+    for (auto& v : h.w) {
+        v = static_cast<uint8_t>(rng());
+        if ((v & 0x7F) == 0x7F) v ^= 1;  // no NaN encodings
+    }
+    h.scales.resize(static_cast<size_t>(((c.N + c.bn - 1) / c.bn) * ((c.K + c.bk - 1) / c.bk)));
+    std::uniform_real_distribution<float> d(1e-3f, 1.0f);
+    for (auto& s : h.scales) s = d(rng);
+    const PackedFp8 p = repack_fp8(h);
+    std::vector<float> want(static_cast<size_t>(c.N * c.K));
+    cpu::dequant_fp8_rows({h.w.data(), h.scales.data(), h.N, h.K, h.bn, h.bk}, 0, h.N, want.data());
+    const std::vector<float> got = unpack_fp8(p);
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i];
+    EXPECT_EQ(bad, 0u) << "of " << got.size();
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RepackFp8,
+                         ::testing::Values(Fp8Case{16, 64, 128, 128}, Fp8Case{300, 260, 128, 128},
+                                           Fp8Case{17, 1000, 1, 1000}, Fp8Case{50, 77, 50, 77}));
+
+}  // namespace
+}  // namespace grimoire
