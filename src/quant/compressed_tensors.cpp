@@ -124,7 +124,7 @@ std::unique_ptr<Linear> probe_compressed_tensors(
         }
     const size_t bytes = wp->nbytes + sc->nbytes + (zp ? zp->nbytes : 0);
     Tensor bias = load_bias(be, ckpt, prefix, N, allow_bias);
-    return make_int4_linear(std::move(h), bias,
+    return make_int4_linear(be, std::move(h), bias,
                             "compressed-tensors int4 g" + std::to_string((K + G - 1) / G) + (zp ? " asym" : ""),
                             bytes);
 }

@@ -181,8 +181,8 @@ TEST(CudaQuantFixtures, DeviceWeightsEqualCpuWeights) {
     CudaBackend gpu(0, DType::BF16);
     auto cpu = make_cpu_backend();
     for (const char* f : {"gptq_sym_g128", "gptq_asym_g32_actorder", "gptq_v2_asym_g64", "gptq_v2_sym_actorder_chan",
-                          "autoround_gptq_asym_g128", "autoround_awq_asym_g64", "autoround_awq_sym_g128", "fp8_block",
-                          "fp8_channel"}) {
+                          "autoround_gptq_asym_g128", "autoround_awq_asym_g64", "autoround_awq_sym_g128", "ct_sym_g32",
+                          "ct_asym_g128", "ct_asym_g64", "ct_asym_chan", "fp8_block", "fp8_channel"}) {
         const std::string dir = test::fixtures_dir() + "/quant/" + f;
         Checkpoint ckpt(dir);
         const QuantConfig qc = QuantConfig::from_config(ConfigReader::from_file(dir + "/config.json"));
@@ -222,7 +222,8 @@ TEST_P(CudaQuantModel, F32ModeMatchesCpu) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantModel, ::testing::Values("qwen3_gptq", "qwen3_awq", "qwen3_fp8"));
+INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantModel,
+                         ::testing::Values("qwen3_gptq", "qwen3_awq", "qwen3_ct", "qwen3_ct_asym", "qwen3_fp8"));
 
 }  // namespace
 }  // namespace grimoire

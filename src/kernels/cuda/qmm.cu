@@ -1,5 +1,7 @@
 // Quantized weight (INT4 group-quantized or FP8 E4M3) x activations for M = 1..16 rows (decode, concurrent
 // users, speculative verify): the launchers around quant_mma.cuh's kernel and the split-K workspace sizing.
+#include <cstdlib>
+
 #include "kernels/cuda/quant_mma.cuh"
 
 namespace grimoire::cuda {
@@ -18,6 +20,7 @@ int device_sms() {
 
 // Partials: [grid block][2][M][kColBlock] f32 for at most kMaxBlocksPerSm blocks per SM; counters: one per column block.
 constexpr int kMaxBlocksPerSm = 8;
+constexpr int kMinBatches = 4;
 
 void qmm_workspace_need(int64_t N, int64_t K, size_t* partial_bytes, int* n_counters) {
     (void)K;
@@ -41,7 +44,15 @@ void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, qmm::qmm_kernel<FP8, MT, ASYM, ST>, qmm::kThreads, smem);
         o = n < 1 ? 1 : (n > kMaxBlocksPerSm ? kMaxBlocksPerSm : n);
     }
+    // One wave of resident blocks, but at least kMinBatches batches each: a grid block's fixed costs (first
+    // load latency, staging, partial write, arrival) must be spread over enough streaming.
+    static const int min_batches = [] {
+        const char* e = std::getenv("GRIMOIRE_QMM_MIN_BATCHES");
+        return e && std::atoi(e) > 0 ? std::atoi(e) : kMinBatches;
+    }();
     int blocks = forced_blocks > 0 ? forced_blocks : o * qmm::device_sms();
+    if (forced_blocks <= 0 && blocks > a.W / min_batches) blocks = a.W / min_batches;
+    if (blocks < 1) blocks = 1;
     if (blocks > a.W) blocks = a.W;
     if (static_cast<size_t>(blocks) * 2 * a.M * qmm::kColBlock * 4 > ws.partial_bytes)
         throw Error("cuda qmm: partials workspace too small (reserve qmm_workspace_need)");

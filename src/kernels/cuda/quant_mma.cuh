@@ -292,6 +292,7 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
             for (; w < sub_end; ++w) {
                 uint4 nx[U][kNtPerWarp][VEC];
                 load_batch<U, VEC>(nx, a, w + 1, w1, warp, lane);
+
                 const int c = (w - nb * a.BPN) * U;
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
