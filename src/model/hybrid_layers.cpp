@@ -73,10 +73,12 @@ void load_fused_projections(WeightLoader& wl, const std::string& prefix, const G
         copy_rows(src_ba, g * 2 * r, r, b, g * r);
         copy_rows(src_ba, g * 2 * r + r, r, a, g * r);
     }
-    w.qkv = dense_from_host(wl.backend(), qkv.data(), c.conv_channels(), H, qkvz.dtype, info);
-    w.z = dense_from_host(wl.backend(), z.data(), c.value_size(), H, qkvz.dtype, info);
-    w.b = dense_from_host(wl.backend(), b.data(), c.n_v_heads, H, ba.dtype, info);
-    w.a = dense_from_host(wl.backend(), a.data(), c.n_v_heads, H, ba.dtype, info);
+    std::vector<std::unique_ptr<Linear>> parts;
+    parts.push_back(dense_from_host(wl.backend(), qkv.data(), c.conv_channels(), H, qkvz.dtype, info));
+    parts.push_back(dense_from_host(wl.backend(), z.data(), c.value_size(), H, qkvz.dtype, info));
+    parts.push_back(dense_from_host(wl.backend(), b.data(), c.n_v_heads, H, ba.dtype, info));
+    parts.push_back(dense_from_host(wl.backend(), a.data(), c.n_v_heads, H, ba.dtype, info));
+    w.in = ProjGroup(std::move(parts));
 }
 
 }  // namespace
@@ -86,9 +88,8 @@ void load_fused_projections(WeightLoader& wl, const std::string& prefix, const G
 GatedAttentionWeights load_gated_attention(WeightLoader& wl, const std::string& prefix, const AttentionConfig& c) {
     GatedAttentionWeights w;
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
-    w.q = wl.linear(prefix + ".q_proj", c.hidden, 2 * q_dim, false);
-    w.k = wl.linear(prefix + ".k_proj", c.hidden, kv_dim, false);
-    w.v = wl.linear(prefix + ".v_proj", c.hidden, kv_dim, false);
+    w.qkv = load_proj_group(wl, {prefix + ".q_proj", prefix + ".k_proj", prefix + ".v_proj"}, c.hidden,
+                            {2 * q_dim, kv_dim, kv_dim}, false);
     w.o = wl.linear(prefix + ".o_proj", q_dim, c.hidden, false);
     w.q_norm = wl.vector_f32(prefix + ".q_norm.weight", c.head_dim);
     w.k_norm = wl.vector_f32(prefix + ".k_norm.weight", c.head_dim);
@@ -97,14 +98,11 @@ GatedAttentionWeights load_gated_attention(WeightLoader& wl, const std::string& 
 
 void gated_attention_forward(Backend& be, const GatedAttentionWeights& w, const AttentionConfig& c, const Tensor& x,
                              const Tensor& positions, LayerState& st, int64_t n_past, Tensor& out) {
-    const int64_t T = x.rows(), D = c.head_dim, Hq = c.n_heads, Hkv = c.n_kv_heads;
+    const int64_t T = x.rows(), D = c.head_dim, Hq = c.n_heads;
     const DType act = be.act_dtype();
     // Per head the 2D outputs of q_proj are [query | gate]; gated_attention_core splits them.
-    Tensor qg = be.scratch(act, {T, 2 * Hq * D});
-    Tensor k = be.scratch(act, {T, Hkv * D}), v = be.scratch(act, {T, Hkv * D});
-    w.q->forward(be, x, qg);
-    w.k->forward(be, x, k);
-    w.v->forward(be, x, v);
+    std::vector<Tensor> qkv = w.qkv.forward(be, x);
+    Tensor &qg = qkv[0], &k = qkv[1], &v = qkv[2];
     Tensor att = be.scratch(act, {T, Hq * D});
     be.gated_attention_core(qg, k, v, w.q_norm, w.k_norm, c.norm_eps, positions, c.rope, st.k_cache, st.v_cache,
                             n_past, 1.0f / std::sqrt(static_cast<float>(D)), att);
@@ -119,10 +117,9 @@ GdnWeights load_gdn(WeightLoader& wl, const std::string& prefix, const GdnConfig
     if (c.fused) {
         load_fused_projections(wl, prefix, c, w, info);
     } else {
-        w.qkv = wl.linear(prefix + ".in_proj_qkv", H, C, false);
-        w.z = wl.linear(prefix + ".in_proj_z", H, c.value_size(), false);
-        w.b = wl.linear(prefix + ".in_proj_b", H, Hv, false);
-        w.a = wl.linear(prefix + ".in_proj_a", H, Hv, false);
+        w.in = load_proj_group(wl, {prefix + ".in_proj_qkv", prefix + ".in_proj_z", prefix + ".in_proj_b",
+                                    prefix + ".in_proj_a"},
+                               H, {C, c.value_size(), Hv, Hv}, false);
     }
     // Depthwise Conv1d weight [C, 1, K]: kept F32 as [C, K] (tap K-1 multiplies the current token).
     const TensorInfo& conv = expect_shape(wl.checkpoint(), prefix + ".conv1d.weight", {C, 1, c.conv_kernel});
@@ -138,15 +135,10 @@ GdnWeights load_gdn(WeightLoader& wl, const std::string& prefix, const GdnConfig
 }
 
 void gdn_forward(Backend& be, const GdnWeights& w, const GdnConfig& c, const Tensor& x, LayerState& st, Tensor& out) {
-    const int64_t T = x.rows(), C = c.conv_channels(), Hv = c.n_v_heads;
+    const int64_t T = x.rows();
     const DType act = be.act_dtype();
-    Tensor mixed = be.scratch(act, {T, C});
-    Tensor z = be.scratch(act, {T, c.value_size()});
-    Tensor b = be.scratch(act, {T, Hv}), a = be.scratch(act, {T, Hv});
-    w.qkv->forward(be, x, mixed);
-    w.z->forward(be, x, z);
-    w.b->forward(be, x, b);
-    w.a->forward(be, x, a);
+    std::vector<Tensor> in = w.in.forward(be, x);
+    Tensor &mixed = in[0], &z = in[1], &b = in[2], &a = in[3];
     // conv + SiLU, the q | k | v split, the recurrence and the gated RMSNorm per value head (over dv).
     Tensor normed = be.scratch(act, {T, c.value_size()});
     be.gdn_core(mixed, w.conv, st.conv_state, a, b, w.A_log, w.dt_bias, st.recurrent_state, z, w.norm, c.norm_eps,

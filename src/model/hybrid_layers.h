@@ -20,7 +20,8 @@ namespace grimoire {
 // always the (1+w) q/k norm).
 
 struct GatedAttentionWeights {
-    std::unique_ptr<Linear> q, k, v, o;  // q: [2 * Hq * D, H]
+    ProjGroup qkv;                       // q [2 * Hq * D] (per head [query | gate]), k, v [Hkv * D]
+    std::unique_ptr<Linear> o;
     Tensor q_norm, k_norm;               // [D] F32, (1+w)
 };
 
@@ -46,9 +47,7 @@ struct GdnConfig {
 };
 
 struct GdnWeights {
-    std::unique_ptr<Linear> qkv;  // [conv_channels, H], rows q | k | v (Qwen3-Next's fused rows are regrouped)
-    std::unique_ptr<Linear> z;    // [Hv * dv, H]
-    std::unique_ptr<Linear> b, a;  // [Hv, H] each
+    ProjGroup in;  // qkv [conv_channels] (rows q | k | v; Qwen3-Next's fused rows regrouped), z [Hv * dv], b, a [Hv]
     Tensor conv;                   // [C, K] F32
     Tensor A_log, dt_bias;         // [Hv] F32 (A_log may be BF16 or F32 in the file)
     Tensor norm;                   // [dv] F32, plain w (gated norm)

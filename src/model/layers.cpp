@@ -1,5 +1,7 @@
 #include "model/layers.h"
 
+#include <cstring>
+
 #include <cmath>
 
 #include "backend/rope_params.h"
@@ -47,14 +49,93 @@ std::unique_ptr<Linear> WeightLoader::linear(const std::string& prefix, int64_t 
     return lin;
 }
 
+std::unique_ptr<Linear> WeightLoader::stacked(const std::vector<std::string>& prefixes, int64_t in,
+                                              const std::vector<int64_t>& outs) {
+    std::vector<const TensorInfo*> parts;
+    int64_t rows = 0;
+    size_t bytes = 0;
+    for (size_t i = 0; i < prefixes.size(); ++i) {
+        const std::string& p = prefixes[i];
+        const TensorInfo* w = ckpt_.find(p + ".weight");
+        if (!w || ckpt_.has(p + ".bias") || ckpt_.has(p + ".weight_scale") || ckpt_.has(p + ".weight_scale_inv") ||
+            w->shape.size() != 2)
+            return nullptr;
+        if (w->dtype != DType::BF16 && w->dtype != DType::F16 && w->dtype != DType::F32) return nullptr;
+        if (!parts.empty() && w->dtype != parts[0]->dtype) return nullptr;
+        if (w->shape != std::vector<int64_t>{outs[i], in}) return nullptr;  // linear() reports the mismatch
+        parts.push_back(w);
+        rows += outs[i];
+        bytes += w->nbytes;
+    }
+    TensorInfo all = *parts[0];
+    all.name = prefixes[0] + ".weight (stacked with " + std::to_string(parts.size() - 1) + " more)";
+    all.shape = {rows, in};
+    all.nbytes = bytes;
+    std::vector<uint8_t> host;
+    if (!be_.random_weights()) {  // random weights are generated on the device: nothing to read
+        host.resize(bytes);
+        size_t off = 0;
+        for (const TensorInfo* w : parts) {
+            std::memcpy(host.data() + off, w->data, w->nbytes);
+            off += w->nbytes;
+        }
+        all.data = host.data();
+    }
+    Tensor t = be_.upload(all, dense_weight_dtype(be_, all.dtype));
+    count(rows * in, t.nbytes());
+    return make_dense_linear(be_, t, Tensor{});
+}
+
+ProjGroup::ProjGroup(std::unique_ptr<Linear> stacked, std::vector<int64_t> widths)
+    : stacked_(std::move(stacked)), widths_(std::move(widths)) {}
+
+ProjGroup::ProjGroup(std::vector<std::unique_ptr<Linear>> parts) : parts_(std::move(parts)) {
+    for (const auto& p : parts_) widths_.push_back(p->out_features());
+}
+
+std::vector<Tensor> ProjGroup::forward(Backend& be, const Tensor& x) const {
+    const int64_t T = x.rows();
+    const DType act = be.act_dtype();
+    std::vector<Tensor> outs;
+    if (!stacked_) {
+        for (size_t i = 0; i < parts_.size(); ++i) {
+            outs.push_back(be.scratch(act, {T, widths_[i]}));
+            parts_[i]->forward(be, x, outs.back());
+        }
+        return outs;
+    }
+    Tensor y = be.scratch(act, {T, stacked_->out_features()});
+    stacked_->forward(be, x, y);
+    int64_t c0 = 0;
+    for (int64_t w : widths_) {
+        if (T == 1) {
+            outs.emplace_back(static_cast<uint8_t*>(y.data) + static_cast<size_t>(c0) * dtype_size(act), act,
+                              y.device, std::initializer_list<int64_t>{1, w});
+        } else {
+            outs.push_back(be.scratch(act, {T, w}));
+            be.copy_cols(y, c0, outs.back());
+        }
+        c0 += w;
+    }
+    return outs;
+}
+
+ProjGroup load_proj_group(WeightLoader& wl, const std::vector<std::string>& prefixes, int64_t in,
+                          const std::vector<int64_t>& outs, bool bias) {
+    if (!bias)
+        if (auto s = wl.stacked(prefixes, in, outs)) return ProjGroup(std::move(s), outs);
+    std::vector<std::unique_ptr<Linear>> parts;
+    for (size_t i = 0; i < prefixes.size(); ++i) parts.push_back(wl.linear(prefixes[i], in, outs[i], bias));
+    return ProjGroup(std::move(parts));
+}
+
 // ---- attention ----
 
 AttentionWeights load_attention(WeightLoader& wl, const std::string& prefix, const AttentionConfig& c) {
     AttentionWeights w;
     const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
-    w.q = wl.linear(prefix + ".q_proj", c.hidden, q_dim, c.qkv_bias);
-    w.k = wl.linear(prefix + ".k_proj", c.hidden, kv_dim, c.qkv_bias);
-    w.v = wl.linear(prefix + ".v_proj", c.hidden, kv_dim, c.qkv_bias);
+    w.qkv = load_proj_group(wl, {prefix + ".q_proj", prefix + ".k_proj", prefix + ".v_proj"}, c.hidden,
+                            {q_dim, kv_dim, kv_dim}, c.qkv_bias);
     w.o = wl.linear(prefix + ".o_proj", q_dim, c.hidden, c.o_bias);
     if (c.qk_norm) {
         w.q_norm = wl.vector_f32(prefix + ".q_norm.weight", c.head_dim);
@@ -73,12 +154,8 @@ void attention_forward(Backend& be,
                        Tensor& out) {
     const int64_t T = x.rows(), D = c.head_dim;
     const DType act = be.act_dtype();
-    Tensor q = be.scratch(act, {T, c.n_heads * D});
-    Tensor k = be.scratch(act, {T, c.n_kv_heads * D});
-    Tensor v = be.scratch(act, {T, c.n_kv_heads * D});
-    w.q->forward(be, x, q);
-    w.k->forward(be, x, k);
-    w.v->forward(be, x, v);
+    std::vector<Tensor> qkv = w.qkv.forward(be, x);
+    Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
     Tensor q3 = q.view({T, c.n_heads, D}), k3 = k.view({T, c.n_kv_heads, D}),
            v3 = v.view({T, c.n_kv_heads, D});
     if (c.qk_norm) {
@@ -100,18 +177,15 @@ void attention_forward(Backend& be,
 MlpWeights load_mlp(
     WeightLoader& wl, const std::string& prefix, int64_t hidden, int64_t intermediate, bool bias) {
     MlpWeights w;
-    w.gate = wl.linear(prefix + ".gate_proj", hidden, intermediate, bias);
-    w.up = wl.linear(prefix + ".up_proj", hidden, intermediate, bias);
+    w.gate_up = load_proj_group(wl, {prefix + ".gate_proj", prefix + ".up_proj"}, hidden,
+                                {intermediate, intermediate}, bias);
     w.down = wl.linear(prefix + ".down_proj", intermediate, hidden, bias);
     return w;
 }
 
 void mlp_forward(Backend& be, const MlpWeights& w, const Tensor& x, Tensor& out) {
-    const int64_t T = x.rows(), I = w.gate->out_features();
-    Tensor g = be.scratch(be.act_dtype(), {T, I});
-    Tensor u = be.scratch(be.act_dtype(), {T, I});
-    w.gate->forward(be, x, g);
-    w.up->forward(be, x, u);
+    std::vector<Tensor> gu = w.gate_up.forward(be, x);
+    Tensor &g = gu[0], &u = gu[1];
     be.silu_mul(g, u, g);
     w.down->forward(be, g, out);
 }

@@ -34,6 +34,10 @@ class WeightLoader {
     // The Linear at `prefix` (any weight format) with the given sizes; `bias` says whether `prefix.bias` must
     // be present (true) or absent (false).
     std::unique_ptr<Linear> linear(const std::string& prefix, int64_t in, int64_t out, bool bias);
+    // The projections at `prefixes` (same input) as one Linear over their weights stacked along out, when all
+    // are plain float weights of one dtype without bias; nullptr otherwise (quantized formats, biases).
+    std::unique_ptr<Linear> stacked(const std::vector<std::string>& prefixes, int64_t in,
+                                    const std::vector<int64_t>& outs);
 
     Backend& backend() const { return be_; }
     const Checkpoint& checkpoint() const { return ckpt_; }
@@ -62,8 +66,32 @@ struct AttentionConfig {
     RopeParams rope;
 };
 
+// Projections of one input, run as one matmul over their stacked weights when the checkpoint allows it
+// (WeightLoader::stacked: every plain-float model), else one Linear each. Decode then launches one GEMV where it
+// launched two to four. forward() returns one [T, width(i)] act tensor per projection: for one token, views
+// into the stacked result (contiguous); for more, copies of its column ranges.
+class ProjGroup {
+  public:
+    ProjGroup() = default;
+    ProjGroup(std::unique_ptr<Linear> stacked, std::vector<int64_t> widths);
+    explicit ProjGroup(std::vector<std::unique_ptr<Linear>> parts);
+    std::vector<Tensor> forward(Backend& be, const Tensor& x) const;
+    int64_t width(size_t i) const { return widths_[i]; }
+    bool is_stacked() const { return stacked_ != nullptr; }
+
+  private:
+    std::unique_ptr<Linear> stacked_;
+    std::vector<std::unique_ptr<Linear>> parts_;
+    std::vector<int64_t> widths_;
+};
+
+// Stacked when possible, else loaded one by one with WeightLoader::linear (same shape checks and errors).
+ProjGroup load_proj_group(WeightLoader& wl, const std::vector<std::string>& prefixes, int64_t in,
+                          const std::vector<int64_t>& outs, bool bias);
+
 struct AttentionWeights {
-    std::unique_ptr<Linear> q, k, v, o;
+    ProjGroup qkv;  // q [Hq * D], k, v [Hkv * D]
+    std::unique_ptr<Linear> o;
     Tensor q_norm, k_norm;  // [D] F32 when qk_norm
 };
 
@@ -84,7 +112,8 @@ void attention_forward(Backend& be,
 // ---- MLP ----
 
 struct MlpWeights {
-    std::unique_ptr<Linear> gate, up, down;
+    ProjGroup gate_up;  // gate, up [I] each
+    std::unique_ptr<Linear> down;
 };
 
 // Loads `prefix`.{gate,up,down}_proj, e.g. prefix "model.layers.3.mlp".

@@ -145,7 +145,7 @@ TEST(Qwen35Model, MtpHeadIsKept) {
     ASSERT_EQ(mtp->layers.size(), 1u);
     EXPECT_EQ(mtp->fc->in_features(), 2 * m->info().hidden_size);
     EXPECT_EQ(mtp->fc->out_features(), m->info().hidden_size);
-    EXPECT_EQ(mtp->layers[0].attn.q->out_features(), 2 * 4 * 32);  // [query | gate] per head
+    EXPECT_EQ(mtp->layers[0].attn.qkv.width(0), 2 * 4 * 32);  // [query | gate] per head
     auto st = m->new_state(16);
     EXPECT_EQ(st->extra_layers.size(), 1u);  // the MTP layer's own KV cache
     // The text-only fixture has no MTP tensors.
