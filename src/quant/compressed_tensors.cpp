@@ -9,6 +9,7 @@
 // signed zero point z in [-8, 7] packed ALONG N (pack_to_int32(zp, 4, packed_dim=0): zero of row 8r+j in bits
 // 4j..4j+3 of word [r, g]), also offset by +8. The library dequantizes (q_signed - z) * scale, which is
 // (stored_q - stored_z) * scale: the stored nibble is the canonical real zero point as it is.
+#include <cstring>
 #include <regex>
 
 #include "core/error.h"
@@ -65,10 +66,17 @@ std::unique_ptr<Linear> probe_compressed_tensors(
     if (!sc || !ws) fail(*wp, "has no companion " + std::string(!sc ? "weight_scale" : "weight_shape") + " tensor");
     if (ws->numel() != 2 || (ws->dtype != DType::I64 && ws->dtype != DType::I32))
         fail(*ws, "expected 2 integers (out, in)");
+    // memcpy: safetensors only aligns the data section, so an i64 after an odd number of i32 words is misaligned.
     int64_t shp[2];
-    for (int i = 0; i < 2; ++i)
-        shp[i] = ws->dtype == DType::I64 ? reinterpret_cast<const int64_t*>(ws->data)[i]
-                                         : reinterpret_cast<const int32_t*>(ws->data)[i];
+    for (int i = 0; i < 2; ++i) {
+        if (ws->dtype == DType::I64) {
+            std::memcpy(&shp[i], ws->data + 8 * i, 8);
+        } else {
+            int32_t v;
+            std::memcpy(&v, ws->data + 4 * i, 4);
+            shp[i] = v;
+        }
+    }
     const int64_t N = shp[0], K = shp[1];
     if (N <= 0 || K <= 0) fail(*ws, "non-positive shape");
     expect_shape(*wp, {N, (K + 7) / 8});
