@@ -49,8 +49,7 @@ std::unique_ptr<Linear> WeightLoader::linear(const std::string& prefix, int64_t 
     return lin;
 }
 
-std::unique_ptr<Linear> WeightLoader::stacked(const std::vector<std::string>& prefixes, int64_t in,
-                                              const std::vector<int64_t>& outs) {
+Tensor WeightLoader::stacked(const std::vector<std::string>& prefixes, int64_t in, const std::vector<int64_t>& outs) {
     std::vector<const TensorInfo*> parts;
     int64_t rows = 0;
     size_t bytes = 0;
@@ -59,10 +58,10 @@ std::unique_ptr<Linear> WeightLoader::stacked(const std::vector<std::string>& pr
         const TensorInfo* w = ckpt_.find(p + ".weight");
         if (!w || ckpt_.has(p + ".bias") || ckpt_.has(p + ".weight_scale") || ckpt_.has(p + ".weight_scale_inv") ||
             w->shape.size() != 2)
-            return nullptr;
-        if (w->dtype != DType::BF16 && w->dtype != DType::F16 && w->dtype != DType::F32) return nullptr;
-        if (!parts.empty() && w->dtype != parts[0]->dtype) return nullptr;
-        if (w->shape != std::vector<int64_t>{outs[i], in}) return nullptr;  // linear() reports the mismatch
+            return Tensor{};
+        if (w->dtype != DType::BF16 && w->dtype != DType::F16 && w->dtype != DType::F32) return Tensor{};
+        if (!parts.empty() && w->dtype != parts[0]->dtype) return Tensor{};
+        if (w->shape != std::vector<int64_t>{outs[i], in}) return Tensor{};  // linear() reports the mismatch
         parts.push_back(w);
         rows += outs[i];
         bytes += w->nbytes;
@@ -83,11 +82,20 @@ std::unique_ptr<Linear> WeightLoader::stacked(const std::vector<std::string>& pr
     }
     Tensor t = be_.upload(all, dense_weight_dtype(be_, all.dtype));
     count(rows * in, t.nbytes());
-    return make_dense_linear(be_, t, Tensor{});
+    return t;
 }
 
-ProjGroup::ProjGroup(std::unique_ptr<Linear> stacked, std::vector<int64_t> widths)
-    : stacked_(std::move(stacked)), widths_(std::move(widths)) {}
+ProjGroup::ProjGroup(const Backend& be, Tensor stacked, std::vector<int64_t> widths) : widths_(std::move(widths)) {
+    const int64_t K = stacked.dim(1);
+    int64_t r0 = 0;
+    for (int64_t w : widths_) {
+        Tensor rows(static_cast<uint8_t*>(stacked.data) + static_cast<size_t>(r0 * K) * dtype_size(stacked.dtype),
+                    stacked.dtype, stacked.device, {w, K});
+        parts_.push_back(make_dense_linear(be, rows, Tensor{}));
+        r0 += w;
+    }
+    stacked_ = make_dense_linear(be, stacked, Tensor{});
+}
 
 ProjGroup::ProjGroup(std::vector<std::unique_ptr<Linear>> parts) : parts_(std::move(parts)) {
     for (const auto& p : parts_) widths_.push_back(p->out_features());
@@ -97,24 +105,19 @@ std::vector<Tensor> ProjGroup::forward(Backend& be, const Tensor& x) const {
     const int64_t T = x.rows();
     const DType act = be.act_dtype();
     std::vector<Tensor> outs;
-    if (!stacked_) {
+    if (!stacked_ || T != 1) {
         for (size_t i = 0; i < parts_.size(); ++i) {
             outs.push_back(be.scratch(act, {T, widths_[i]}));
             parts_[i]->forward(be, x, outs.back());
         }
         return outs;
     }
-    Tensor y = be.scratch(act, {T, stacked_->out_features()});
+    Tensor y = be.scratch(act, {1, stacked_->out_features()});
     stacked_->forward(be, x, y);
     int64_t c0 = 0;
     for (int64_t w : widths_) {
-        if (T == 1) {
-            outs.emplace_back(static_cast<uint8_t*>(y.data) + static_cast<size_t>(c0) * dtype_size(act), act,
-                              y.device, std::initializer_list<int64_t>{1, w});
-        } else {
-            outs.push_back(be.scratch(act, {T, w}));
-            be.copy_cols(y, c0, outs.back());
-        }
+        outs.emplace_back(static_cast<uint8_t*>(y.data) + static_cast<size_t>(c0) * dtype_size(act), act, y.device,
+                          std::initializer_list<int64_t>{1, w});
         c0 += w;
     }
     return outs;
@@ -123,7 +126,7 @@ std::vector<Tensor> ProjGroup::forward(Backend& be, const Tensor& x) const {
 ProjGroup load_proj_group(WeightLoader& wl, const std::vector<std::string>& prefixes, int64_t in,
                           const std::vector<int64_t>& outs, bool bias) {
     if (!bias)
-        if (auto s = wl.stacked(prefixes, in, outs)) return ProjGroup(std::move(s), outs);
+        if (Tensor s = wl.stacked(prefixes, in, outs); s.data) return ProjGroup(wl.backend(), s, outs);
     std::vector<std::unique_ptr<Linear>> parts;
     for (size_t i = 0; i < prefixes.size(); ++i) parts.push_back(wl.linear(prefixes[i], in, outs[i], bias));
     return ProjGroup(std::move(parts));

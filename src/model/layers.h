@@ -34,10 +34,10 @@ class WeightLoader {
     // The Linear at `prefix` (any weight format) with the given sizes; `bias` says whether `prefix.bias` must
     // be present (true) or absent (false).
     std::unique_ptr<Linear> linear(const std::string& prefix, int64_t in, int64_t out, bool bias);
-    // The projections at `prefixes` (same input) as one Linear over their weights stacked along out, when all
-    // are plain float weights of one dtype without bias; nullptr otherwise (quantized formats, biases).
-    std::unique_ptr<Linear> stacked(const std::vector<std::string>& prefixes, int64_t in,
-                                    const std::vector<int64_t>& outs);
+    // The weights of the projections at `prefixes` (same input) stacked along out into one [sum outs, in]
+    // tensor, when all are plain float weights of one dtype without bias; an empty Tensor otherwise
+    // (quantized formats, biases).
+    Tensor stacked(const std::vector<std::string>& prefixes, int64_t in, const std::vector<int64_t>& outs);
 
     Backend& backend() const { return be_; }
     const Checkpoint& checkpoint() const { return ckpt_; }
@@ -68,12 +68,13 @@ struct AttentionConfig {
 
 // Projections of one input, run as one matmul over their stacked weights when the checkpoint allows it
 // (WeightLoader::stacked: every plain-float model), else one Linear each. Decode then launches one GEMV where it
-// launched two to four. forward() returns one [T, width(i)] act tensor per projection: for one token, views
-// into the stacked result (contiguous); for more, copies of its column ranges.
+// launched two to four and returns views into the stacked [1, sum] result (contiguous for one token); prompts
+// run one GEMM per projection over row ranges of the same stacked weight (no copies, no extra scratch).
 class ProjGroup {
   public:
     ProjGroup() = default;
-    ProjGroup(std::unique_ptr<Linear> stacked, std::vector<int64_t> widths);
+    // `stacked` [sum widths, in] on the backend; the parts are views of its row ranges.
+    ProjGroup(const Backend& be, Tensor stacked, std::vector<int64_t> widths);
     explicit ProjGroup(std::vector<std::unique_ptr<Linear>> parts);
     std::vector<Tensor> forward(Backend& be, const Tensor& x) const;
     int64_t width(size_t i) const { return widths_[i]; }
