@@ -33,9 +33,7 @@ namespace {
 
 template <bool FP8, int MT, bool ASYM, class ST>
 void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_t s) {
-    constexpr int U = qmm::batch_chunks(FP8);
-    const size_t smem =
-        static_cast<size_t>(a.M) * static_cast<size_t>(qmm::max_batches(a.M, FP8) * U * 64 + qmm::kXPad) * 2;
+    const size_t smem = static_cast<size_t>(qmm::smem_bytes(a.M, FP8));
     // Blocks resident per SM for this M (shared memory depends on it), asked once per instantiation and M.
     static int occ[kQmmMaxM + 1] = {};
     int& o = occ[a.M];
