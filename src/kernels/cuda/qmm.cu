@@ -33,7 +33,9 @@ namespace {
 
 template <bool FP8, int MT, bool ASYM, class ST>
 void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_t s) {
-    const size_t smem = static_cast<size_t>(qmm::smem_bytes(a.M, FP8));
+    constexpr int U = qmm::batch_chunks(FP8);
+    const size_t smem =
+        static_cast<size_t>(a.M) * static_cast<size_t>(qmm::max_batches(a.M, FP8) * U * 64 + qmm::kXPad) * 2;
     // Blocks resident per SM for this M (shared memory depends on it), asked once per instantiation and M.
     static int occ[kQmmMaxM + 1] = {};
     int& o = occ[a.M];

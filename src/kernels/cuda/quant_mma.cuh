@@ -15,12 +15,10 @@
 //     rows are padded by 16 bytes so the B-fragment loads of the 8 token rows hit different banks; fragment
 //     rows past M read as zeros without touching shared memory;
 //   * indices in the hot loop are 32-bit and group boundaries are tracked incrementally (no divisions);
-//   * dequant in registers: an INT4 nibble pair becomes BF16 128 + 8q with one shift and one LOP3 (the 0x4300
-//     exponent trick), exact; the group's flush then takes sum (q - z) x = sum (128 + 8q) x / 8 - (16 + z) sum x
-//     in fp32, with the x sums of each 16-channel tile staged beside x (no per-element subtraction in the hot
-//     loop). FP8 E4M3 bytes are moved into BF16 bit positions and multiplied by 2^120 (exact, subnormals
-//     included). The group scale is applied in fp32 per group, so y = sum_g s_g * sum_k (q - z) x as the format
-//     defines W, every product exact and every sum in fp32;
+//   * dequant in registers: INT4 nibbles become BF16 128 + q with one LOP3 (the 0x4300 exponent trick) and
+//     then q - z with one HSUB2, exact; FP8 E4M3 bytes are moved into BF16 bit positions and multiplied by
+//     2^120 (exact, subnormals included). The group scale is applied in fp32 to the mma result of each group,
+//     so y = sum_g s_g * sum_k (q - z) x exactly as the format defines W, with fp32 accumulation;
 //   * partials go to a workspace ([grid block][first / last segment][M][256]); the last grid block to arrive for
 //     a column block (atomic counter) sums them in grid-block order (deterministic) and writes y, then resets
 //     the counter for the next launch.
@@ -40,24 +38,14 @@ constexpr int kWarps = 4;
 constexpr int kNtPerWarp = 4;  // n-tiles per warp: shares each B fragment and the per-k-tile bookkeeping
 constexpr int kNtPerBlock = kWarps * kNtPerWarp;  // 256 output features
 constexpr int kThreads = 32 * kWarps;
-constexpr int kSmemBytes = 44 * 1024;  // under the 48 KB a launch gets without opting in
+constexpr int kSmemBytes = 40 * 1024;
 constexpr int kXPad = 8;  // bf16 elements of padding per staged x row
 constexpr int kColBlock = kNtPerBlock * 16;
 
 // Chunks per batch (chunks in flight per lane; two batches are in flight).
 constexpr int batch_chunks(bool fp8) { return fp8 ? 1 : 2; }
-// Tokens per row of the INT4 per-k-tile x sums (even, so a lane's two C-fragment tokens are one 8-byte load).
-constexpr int xsum_ld(int M) { return (M + 1) & ~1; }
-// Batches whose staged x (M rows of BF16) and, for INT4, the per-k-tile x sums fit in kSmemBytes at once.
-constexpr int max_batches(int M, bool fp8) {
-    return (kSmemBytes - M * kXPad * 2) / (batch_chunks(fp8) * 4 * (32 * M + (fp8 ? 0 : 4 * xsum_ld(M))));
-}
-// Dynamic shared memory of one block: the staged x, then (INT4) the x sums [k-tile][xsum_ld(M)] f32.
-constexpr int smem_bytes(int M, bool fp8) {
-    const int kts = max_batches(M, fp8) * batch_chunks(fp8) * 4;
-    const int x = (M * (kts * 16 + kXPad) * 2 + 15) & ~15;
-    return x + (fp8 ? 0 : kts * xsum_ld(M) * 4);
-}
+// Batches whose x (M rows) fits the staging buffer at once.
+constexpr int max_batches(int M, bool fp8) { return (kSmemBytes / (M * 2) - kXPad) / (64 * batch_chunks(fp8)); }
 
 struct Args {
     const uint32_t* words;
@@ -101,6 +89,10 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t mask, uint32_t m
     return d;
 }
 
+__device__ __forceinline__ uint32_t bf16x2_sub(uint32_t a, uint32_t b) {
+    __nv_bfloat162 r = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
+    return *reinterpret_cast<uint32_t*>(&r);
+}
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
     __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
     return *reinterpret_cast<uint32_t*>(&r);
@@ -202,21 +194,6 @@ __device__ __forceinline__ void stage_x(const Args& a, uint16_t* xs, int ldx, in
     }
 }
 
-// INT4: xsum[kt][tok] = sum of the 16 staged x values of k-tile kt for token tok (0 past M), f32.
-__device__ __forceinline__ void stage_xsum(const uint16_t* xs, int ldx, int M, int nkt, float* xsum) {
-    const int ld = xsum_ld(M);
-    for (int i = threadIdx.x; i < nkt * ld; i += kThreads) {
-        const int kt = i / ld, tok = i - kt * ld;
-        float sum = 0.0f;
-        if (tok < M) {
-            const uint16_t* row = xs + tok * ldx + kt * 16;
-#pragma unroll
-            for (int e = 0; e < 16; ++e) sum += __uint_as_float(static_cast<uint32_t>(row[e]) << 16);
-        }
-        xsum[i] = sum;
-    }
-}
-
 // FP8 = true: 2 uint4 per lane per chunk; INT4: 1.
 template <bool FP8, int MT, bool ASYM, class ST>
 __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOIRE_QMM_MIN_BLOCKS : (MT == 1 ? 3 : 2))
@@ -234,9 +211,6 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
     const int KC = static_cast<int>(a.KC);
     const int maxb = max_batches(a.M, FP8);
     const int ldx = maxb * U * 64 + kXPad;
-    // INT4: per-k-tile x sums after the staged x (see the dequant note at the INT4 fragment below).
-    float* xsum = reinterpret_cast<float*>(smem_raw + ((a.M * ldx * 2 + 15) & ~15));
-    const int xld = xsum_ld(a.M);
     const int gs = static_cast<int>(a.gs < (1 << 30) ? a.gs : (1 << 30));
     const int G = static_cast<int>(a.G);
     bool row_ok[MT];
@@ -263,37 +237,25 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
             for (int m = 0; m < MT; ++m)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[j][m][e] = cur[j][m][e] = 0.0f;
-        // Current scale group (rows g and g + 8 of each n-tile; INT4: 16 + z as float), tracked by its end
-        // channel so the hot loop has no division. INT4 also keeps, per token of the lane's C fragment, the sum of
-        // x over the same channels `cur` has accumulated.
+        // Current scale group (rows g and g + 8 of each n-tile; INT4 asym: BF16x2 of 128 + z), tracked by its
+        // end channel so the hot loop has no division.
         int grp = -1, grp_end = 0;
-        float s_lo[kNtPerWarp], s_hi[kNtPerWarp], zf_lo[kNtPerWarp], zf_hi[kNtPerWarp];
-        float xrun[MT][2];
+        float s_lo[kNtPerWarp], s_hi[kNtPerWarp];
+        uint32_t z_lo[kNtPerWarp], z_hi[kNtPerWarp];
 #pragma unroll
-        for (int j = 0; j < kNtPerWarp; ++j) s_lo[j] = s_hi[j] = 0.0f, zf_lo[j] = zf_hi[j] = 24.0f;  // 16 + 8
-#pragma unroll
-        for (int m = 0; m < MT; ++m) xrun[m][0] = xrun[m][1] = 0.0f;
+        for (int j = 0; j < kNtPerWarp; ++j) s_lo[j] = s_hi[j] = 0.0f, z_lo[j] = z_hi[j] = 0x43084308u;  // 128+8
 
         auto flush = [&]() {
 #pragma unroll
             for (int j = 0; j < kNtPerWarp; ++j)
 #pragma unroll
                 for (int m = 0; m < MT; ++m) {
-                    if constexpr (FP8) {
-                        acc[j][m][0] += cur[j][m][0] * s_lo[j];
-                        acc[j][m][1] += cur[j][m][1] * s_lo[j];
-                        acc[j][m][2] += cur[j][m][2] * s_hi[j];
-                        acc[j][m][3] += cur[j][m][3] * s_hi[j];
-                    } else {  // sum (q - z) x = sum (16 + q) x - (16 + z) sum x, with cur = 8 sum (16 + q) x
-                        acc[j][m][0] += s_lo[j] * fmaf(cur[j][m][0], 0.125f, -zf_lo[j] * xrun[m][0]);
-                        acc[j][m][1] += s_lo[j] * fmaf(cur[j][m][1], 0.125f, -zf_lo[j] * xrun[m][1]);
-                        acc[j][m][2] += s_hi[j] * fmaf(cur[j][m][2], 0.125f, -zf_hi[j] * xrun[m][0]);
-                        acc[j][m][3] += s_hi[j] * fmaf(cur[j][m][3], 0.125f, -zf_hi[j] * xrun[m][1]);
-                    }
+                    acc[j][m][0] += cur[j][m][0] * s_lo[j];
+                    acc[j][m][1] += cur[j][m][1] * s_lo[j];
+                    acc[j][m][2] += cur[j][m][2] * s_hi[j];
+                    acc[j][m][3] += cur[j][m][3] * s_hi[j];
                     cur[j][m][0] = cur[j][m][1] = cur[j][m][2] = cur[j][m][3] = 0.0f;
                 }
-#pragma unroll
-            for (int m = 0; m < MT; ++m) xrun[m][0] = xrun[m][1] = 0.0f;
         };
         auto load_group = [&](int gi) {
 #pragma unroll
@@ -310,8 +272,9 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
                     s_lo[j] = load_scale<ST>(a.scales, row);
                     s_hi[j] = load_scale<ST>(a.scales, row + 8);
                     if constexpr (ASYM) {
-                        zf_lo[j] = 16.0f + static_cast<float>(a.zeros[row]);
-                        zf_hi[j] = 16.0f + static_cast<float>(a.zeros[row + 8]);
+                        const uint32_t zl = 0x4300u + a.zeros[row], zh = 0x4300u + a.zeros[row + 8];
+                        z_lo[j] = zl | (zl << 16);
+                        z_hi[j] = zh | (zh << 16);
                     }
                 }
             }
@@ -325,10 +288,6 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
             const int64_t k1 = static_cast<int64_t>(min(KC, (sub_end - nb * a.BPN) * U)) * 64;
             __syncthreads();  // every warp is done with the previous staging
             stage_x(a, xs, ldx, k0, k1);
-            if constexpr (!FP8) {
-                __syncthreads();
-                stage_xsum(xs, ldx, a.M, static_cast<int>((k1 - k0) / 16), xsum);
-            }
             __syncthreads();
             for (; w < sub_end; ++w) {
                 uint4 nx[U][kNtPerWarp][VEC];
@@ -358,14 +317,6 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
                             } else {
                                 bf[m][0] = bf[m][1] = 0u;
                             }
-                            if constexpr (!FP8) {
-                                const int tok = m * 8 + 2 * t;
-                                if (tok < xld) {
-                                    const float2 v = *reinterpret_cast<const float2*>(xsum + (kl >> 4) * xld + tok);
-                                    xrun[m][0] += v.x;
-                                    xrun[m][1] += v.y;
-                                }
-                            }
                         }
 #pragma unroll
                         for (int j = 0; j < kNtPerWarp; ++j) {
@@ -380,12 +331,10 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
                             } else {
                                 const uint4& q = wr[u][j][0];
                                 const uint32_t wd = kt == 0 ? q.x : kt == 1 ? q.y : kt == 2 ? q.z : q.w;
-                                // Nibble pair i moved to mantissa bits 3-6 of 0x4300: BF16 128 + 8q, exact; the
-                                // offset and the zero point are taken out in fp32 at the group's flush.
-                                a0 = and_or(wd << 3, 0x00780078u, 0x43004300u);
-                                a1 = and_or(wd >> 1, 0x00780078u, 0x43004300u);
-                                a2 = and_or(wd >> 5, 0x00780078u, 0x43004300u);
-                                a3 = and_or(wd >> 9, 0x00780078u, 0x43004300u);
+                                a0 = bf16x2_sub(and_or(wd, 0x000F000Fu, 0x43004300u), z_lo[j]);
+                                a1 = bf16x2_sub(and_or(wd >> 4, 0x000F000Fu, 0x43004300u), z_hi[j]);
+                                a2 = bf16x2_sub(and_or(wd >> 8, 0x000F000Fu, 0x43004300u), z_lo[j]);
+                                a3 = bf16x2_sub(and_or(wd >> 12, 0x000F000Fu, 0x43004300u), z_hi[j]);
                             }
 #pragma unroll
                             for (int m = 0; m < MT; ++m) mma_bf16(cur[j][m], a0, a1, a2, a3, bf[m][0], bf[m][1]);
