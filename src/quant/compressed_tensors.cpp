@@ -1,7 +1,8 @@
 // compressed-tensors `pack-quantized` INT4 (W4A16, the llm-compressor / AutoRound export):
 //   weight_packed i32 [N, ceil(K/8)]: packed along K, element 8c+j in bits 4j..4j+3 of word c, stored as the
-//       signed value + 8 (offset binary; compressed_tensors/compressors/quantized_compressors/pack_quantized.py
-//       pack_to_int32 adds 2^(bits-1) before packing);
+//       signed value + 8 (offset binary: pack_to_int32 adds 2^(bits-1) before packing; in
+//       compressed_tensors/compressors/pack_quantized/helpers.py as of 0.20.1, checked against it by
+//       tests/unit/test_quant_reference.cpp);
 //   weight_scale [N, G] (bf16/fp16; note: [out, groups], the transpose of GPTQ's scales);
 //   weight_shape i64/i32 [2] = (N, K); optional weight_g_idx i32 [K] (actorder "group").
 // W[n, k] = (stored - 8) * scale[n, g(k)]: the canonical INT4 form with zero point 8.
