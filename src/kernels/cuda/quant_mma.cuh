@@ -43,7 +43,10 @@ constexpr int kXPad = 8;  // bf16 elements of padding per staged x row
 constexpr int kColBlock = kNtPerBlock * 16;
 
 // Chunks per batch (chunks in flight per lane; two batches are in flight).
-constexpr int batch_chunks(bool fp8) { return fp8 ? 1 : 2; }
+#ifndef GRIMOIRE_QMM_INT4_CHUNKS
+#define GRIMOIRE_QMM_INT4_CHUNKS 2
+#endif
+constexpr int batch_chunks(bool fp8) { return fp8 ? 1 : GRIMOIRE_QMM_INT4_CHUNKS; }
 // Batches whose x (M rows) fits the staging buffer at once.
 constexpr int max_batches(int M, bool fp8) { return (kSmemBytes / (M * 2) - kXPad) / (64 * batch_chunks(fp8)); }
 
