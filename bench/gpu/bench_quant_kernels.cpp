@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_record.h"
+#include "bench_util.h"
 #include "core/error.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/quant.h"
@@ -31,43 +31,16 @@ using grimoire::Error;
 using grimoire::Tensor;
 using json = nlohmann::json;
 namespace gc = grimoire::cuda;
+using grimoire::bench::check;
+using grimoire::bench::copy_bandwidth;
+using grimoire::bench::time_ms;
 
 namespace {
-
-void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 void* dalloc(size_t n) {
     void* p = nullptr;
     check(cudaMalloc(&p, n ? n : 1), "cudaMalloc");
     return p;
-}
-
-// Mean milliseconds of fn(i) over `reps` launches after 3 warm-ups.
-double time_ms(const std::function<void(int)>& fn, int reps) {
-    for (int i = 0; i < 3; ++i) fn(i);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    cudaEventRecord(e0);
-    for (int i = 0; i < reps; ++i) fn(i);
-    cudaEventRecord(e1);
-    check(cudaEventSynchronize(e1), "timing");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return ms / reps;
-}
-
-double copy_bandwidth() {
-    const size_t n = 4ull << 30;
-    void *a = dalloc(n), *b = dalloc(n);
-    const double ms = time_ms([&](int) { cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice); }, 10);
-    cudaFree(a);
-    cudaFree(b);
-    return 2.0 * n / (ms * 1e-3);
 }
 
 struct Shape {

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "bench_record.h"
+#include "bench_util.h"
 #include "core/error.h"
 #include "model/model.h"
 
@@ -42,6 +42,8 @@ using grimoire::CudaBackend;
 using grimoire::DType;
 using grimoire::Error;
 using json = nlohmann::json;
+using grimoire::bench::check;
+using grimoire::bench::copy_bandwidth;
 
 namespace {
 
@@ -51,9 +53,6 @@ constexpr int64_t Hk = 16, Hv = 48, dk = 128, dv = 128, Kc = 4;
 constexpr int64_t kKey = Hk * dk, kVal = Hv * dv, kConv = 2 * kKey + kVal;
 bool is_attention(int64_t i) { return (i + 1) % 4 == 0; }
 
-void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
-}
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -179,27 +178,6 @@ void write_checkpoint(const fs::path& dir) {
     if (!ok) throw Error("cannot write " + path);
 }
 
-// Device-to-device copy bandwidth, (read + write) bytes / s, over a 4 GiB buffer.
-double copy_bandwidth() {
-    const size_t n = 4ull << 30;
-    void *a = nullptr, *b = nullptr;
-    check(cudaMalloc(&a, n), "cudaMalloc");
-    check(cudaMalloc(&b, n), "cudaMalloc");
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int i = 0; i < 2; ++i) cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
-    const int reps = 10;
-    cudaEventRecord(e0);
-    for (int i = 0; i < reps; ++i) cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1);
-    check(cudaEventSynchronize(e1), "copy");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    cudaFree(a);
-    cudaFree(b);
-    return 2.0 * n * reps / (ms * 1e-3);
-}
 
 // cuBLAS BF16 GEMM throughput (FLOP/s) for the 27B gate_proj shape with M = tokens.
 double gemm_flops(int64_t M) {
@@ -218,22 +196,13 @@ double gemm_flops(int64_t M) {
                      w, CUDA_R_16BF, static_cast<int>(K), x, CUDA_R_16BF, static_cast<int>(K), &be, y, CUDA_R_16BF,
                      static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     };
-    for (int i = 0; i < 3; ++i) run();
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
     const int reps = 20;
-    cudaEventRecord(e0);
-    for (int i = 0; i < reps; ++i) run();
-    cudaEventRecord(e1);
-    check(cudaEventSynchronize(e1), "gemm");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
+    const double ms = grimoire::bench::time_ms([&](int) { run(); }, reps);
     cublasDestroy(h);
     cudaFree(x);
     cudaFree(w);
     cudaFree(y);
-    return 2.0 * M * N * K * reps / (ms * 1e-3);
+    return 2.0 * M * N * K / (ms * 1e-3);
 }
 
 }  // namespace
