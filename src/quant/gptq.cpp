@@ -101,10 +101,6 @@ LayerQuant layer_quant(const QuantConfig& qc, const std::string& prefix, const T
     return lq;
 }
 
-bool gi_present(const Checkpoint& ckpt, const std::string& prefix, bool awq) {
-    return !awq && ckpt.find(prefix + ".g_idx") != nullptr;
-}
-
 uint8_t nib(uint32_t word, int j) { return static_cast<uint8_t>((word >> (4 * j)) & 0xF); }
 
 constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};  // nibble i holds logical column AWQ_ORDER[i]
@@ -135,20 +131,11 @@ std::unique_ptr<Linear> probe_gptq(
     Int4Host h;
     h.N = N, h.K = K, h.G = G;
     const std::string name = awq ? "awq" : lq.packing == Packing::GptqV2 ? "gptq_v2" : "gptq";
-    const size_t bytes = qw->nbytes + qz->nbytes + sc->nbytes + (gi_present(ckpt, prefix, awq) ? ckpt.find(prefix + ".g_idx")->nbytes : 0);
-    if (be.random_weights()) {  // shapes and consecutive groups only: the device fills the packed data
-        const int64_t group = (K + G - 1) / G;
-        h.g_idx.resize(static_cast<size_t>(K));
-        for (int64_t k = 0; k < K; ++k) h.g_idx[static_cast<size_t>(k)] = static_cast<int32_t>(k / group);
-        Tensor bias = load_bias(be, ckpt, prefix, N, allow_bias);
-        return make_int4_linear(be, std::move(h), bias, name + " int4 g" + std::to_string(K / G) + " (random)", bytes);
-    }
-    h.scales = read_scales(*sc);
-    const std::vector<int32_t> words = read_i32(*qw), zwords = read_i32(*qz);
-
-    // g_idx: stored (act-order), else consecutive groups of group_size (-1 / absent: K / G rounded up).
-    const TensorInfo* gi = ckpt.find(prefix + ".g_idx");
-    if (gi && !awq) {
+    // g_idx: stored (act-order; AWQ has none), else consecutive groups of group_size (-1 / absent: K / G
+    // rounded up).
+    const TensorInfo* gi = awq ? nullptr : ckpt.find(prefix + ".g_idx");
+    const size_t bytes = qw->nbytes + qz->nbytes + sc->nbytes + (gi ? gi->nbytes : 0);
+    if (gi) {
         expect_shape(*gi, {K});
         h.g_idx = read_i32(*gi);
         for (int32_t g : h.g_idx)
@@ -162,6 +149,13 @@ std::unique_ptr<Linear> probe_gptq(
         h.g_idx.resize(static_cast<size_t>(K));
         for (int64_t k = 0; k < K; ++k) h.g_idx[static_cast<size_t>(k)] = static_cast<int32_t>(k / group);
     }
+
+    if (be.random_weights()) {  // shapes and groups only: the device fills the packed data
+        Tensor bias = load_bias(be, ckpt, prefix, N, allow_bias);
+        return make_int4_linear(be, std::move(h), bias, name + " int4 g" + std::to_string(K / G) + " (random)", bytes);
+    }
+    h.scales = read_scales(*sc);
+    const std::vector<int32_t> words = read_i32(*qw), zwords = read_i32(*qz);
 
     h.q.resize(static_cast<size_t>(N * K));
     h.zeros.resize(static_cast<size_t>(G * N));
@@ -192,7 +186,7 @@ std::unique_ptr<Linear> probe_gptq(
             }
     }
 
-    std::string fmt = name + " int4 g" + std::to_string(K / G) + (gi && !awq ? " g_idx" : "");
+    std::string fmt = name + " int4 g" + std::to_string(K / G) + (gi ? " g_idx" : "");
     Tensor bias = load_bias(be, ckpt, prefix, N, allow_bias);
     return make_int4_linear(be, std::move(h), bias, std::move(fmt), bytes);
 }
