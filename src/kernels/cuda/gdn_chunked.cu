@@ -1,4 +1,5 @@
-// Gated DeltaNet prefill in the chunked (WY) form, chunk C = 64 (models-and-formats.md §1.4 step 8), fp32.
+// Gated DeltaNet prefill in the chunked (WY) form, chunk C = 64 (models-and-formats.md §1.4 step 8), fp32 SIMT:
+// the path for F32 / F16 activations and shapes the tensor-core kernels (gdn_chunk_tc.cu) do not take.
 //
 // Phase 1, grid (chunk, value head), independent across chunks: normalise q, k; beta, g and the in-chunk
 // cumulative decay gamma; A = I + StrictLower(diag(beta) K K^T * Gamma); solve A X = [beta V | beta K e^gamma]
@@ -7,6 +8,8 @@
 // Phase 2, grid (value head, 32-column tile of dv), sequential over chunks: with the state tile S [dk, 32] in
 // registers, V' = U - W S; O = Qg S + P V'; S = e^gamma_C S + Kd^T V'. Columns of S never mix, so tiles of one
 // head run in parallel. Rows past T in the last chunk are zero (beta = g = 0), which leaves the state alone.
+#include <cstdlib>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/gdn_impl.h"
 
@@ -45,9 +48,12 @@ struct Layout {
 };
 }  // namespace
 
+// Either path may run (the choice depends on dtypes, which the size query does not see): the larger record.
 size_t chunked_ws_bytes(int64_t T, int64_t Hv, int64_t dk, int64_t dv) {
-    return static_cast<size_t>((T + C - 1) / C) * static_cast<size_t>(Hv) *
-           static_cast<size_t>(Layout{dk, dv}.size()) * sizeof(float);
+    const size_t simt = static_cast<size_t>((T + C - 1) / C) * static_cast<size_t>(Hv) *
+                        static_cast<size_t>(Layout{dk, dv}.size()) * sizeof(float);
+    const size_t tc = tc_ws_bytes(T, Hv);
+    return simt > tc ? simt : tc;
 }
 
 static __global__ void __launch_bounds__(256) gdn_phase1_kernel(GdnParams p, float* ws) {
@@ -240,6 +246,15 @@ static __global__ void __launch_bounds__(32 * kGroups) gdn_phase2_kernel(GdnPara
 }
 
 void launch_chunked(const GdnParams& p, float* ws, cudaStream_t s) {
+    // GRIMOIRE_GDN_SIMT=1 forces the fp32 SIMT kernels: the before/after comparison in one benchmark run.
+    static const bool force_simt = [] {
+        const char* e = std::getenv("GRIMOIRE_GDN_SIMT");
+        return e && *e == '1';
+    }();
+    if (!force_simt && tc_supported(p)) {
+        launch_chunked_tc(p, ws, s);
+        return;
+    }
     const int64_t nchunks = (p.T + C - 1) / C;
     const size_t sm1 = static_cast<size_t>(2 * C * (p.dk + 1) + C * (p.dv + p.dk) + C * (C + 1) + 2 * C) * sizeof(float);
     const size_t sm2 = static_cast<size_t>(C * p.dk + C * C + C * 32 + kGroups * C * 32) * sizeof(float);

@@ -23,4 +23,10 @@ constexpr int64_t kChunkedMinT = 64;
 size_t chunked_ws_bytes(int64_t T, int64_t Hv, int64_t dk, int64_t dv);
 void launch_chunked(const GdnParams& p, float* ws, cudaStream_t s);
 
+// The tensor-core chunked path (gdn_chunk_tc.cu): BF16 q, k, v (16-byte aligned), dk <= 128 and dk, dv
+// multiples of 8. launch_chunked takes it when supported; other dtypes / shapes keep the fp32 SIMT kernels.
+bool tc_supported(const GdnParams& p);
+size_t tc_ws_bytes(int64_t T, int64_t Hv);
+void launch_chunked_tc(const GdnParams& p, void* ws, cudaStream_t s);
+
 }  // namespace grimoire::cuda::gdn
