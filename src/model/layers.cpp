@@ -1,8 +1,8 @@
 #include "model/layers.h"
 
-#include <cstring>
-
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/rope_params.h"
 #include "quant/formats.h"
@@ -85,51 +85,126 @@ Tensor WeightLoader::stacked(const std::vector<std::string>& prefixes, int64_t i
     return t;
 }
 
-ProjGroup::ProjGroup(const Backend& be, Tensor stacked, std::vector<int64_t> widths) : widths_(std::move(widths)) {
-    const int64_t K = stacked.dim(1);
-    int64_t r0 = 0;
-    for (int64_t w : widths_) {
-        Tensor rows(static_cast<uint8_t*>(stacked.data) + static_cast<size_t>(r0 * K) * dtype_size(stacked.dtype),
-                    stacked.dtype, stacked.device, {w, K});
-        parts_.push_back(make_dense_linear(be, rows, Tensor{}));
-        r0 += w;
-    }
-    stacked_ = make_dense_linear(be, stacked, Tensor{});
+std::optional<QuantHost> WeightLoader::quantized(const std::string& prefix, int64_t in, int64_t out, bool bias) {
+    if (bias && !ckpt_.has(prefix + ".bias"))
+        throw Error(ckpt_.dir() + ": tensor '" + prefix + ".bias' not found (the config asks for a bias)");
+    std::optional<QuantHost> h = read_quantized(be_, ckpt_, prefix, qc_, bias);
+    if (h && (h->K() != in || h->N() != out))
+        throw Error(ckpt_.dir() + ": linear '" + prefix + "': expected [out, in] = " + shape_str({out, in}) +
+                    ", found " + shape_str({h->N(), h->K()}));
+    return h;
 }
 
-ProjGroup::ProjGroup(std::vector<std::unique_ptr<Linear>> parts) : parts_(std::move(parts)) {
-    for (const auto& p : parts_) widths_.push_back(p->out_features());
+std::unique_ptr<Linear> WeightLoader::quantized_linear(QuantHost h) {
+    const int64_t in = h.K(), out = h.N();
+    const bool bias = !h.bias.empty();
+    auto lin = make_quantized_linear(be_, std::move(h));
+    count(in * out + (bias ? out : 0), lin->weight_bytes());
+    return lin;
+}
+
+ProjGroup::ProjGroup(std::vector<std::unique_ptr<Linear>> units, std::vector<int64_t> widths)
+    : widths_(std::move(widths)) {
+    size_t part = 0;
+    for (auto& lin : units) {
+        Unit u{std::move(lin), part, 0};
+        int64_t covered = 0;
+        while (covered < u.lin->out_features() && part < widths_.size()) covered += widths_[part++], ++u.count;
+        GRIMOIRE_CHECK(covered == u.lin->out_features() && u.count > 0, "ProjGroup: unit widths do not add up");
+        units_.push_back(std::move(u));
+    }
+    GRIMOIRE_CHECK(part == widths_.size(), "ProjGroup: units do not cover every part");
+}
+
+namespace {
+std::vector<std::unique_ptr<Linear>> one(std::unique_ptr<Linear> lin) {
+    std::vector<std::unique_ptr<Linear>> v;
+    v.push_back(std::move(lin));
+    return v;
+}
+}  // namespace
+
+ProjGroup::ProjGroup(const Backend& be, Tensor stacked, std::vector<int64_t> widths)
+    : ProjGroup(one(make_dense_linear(be, stacked, Tensor{})), std::move(widths)) {}
+
+ProjGroup::ProjGroup(std::vector<std::unique_ptr<Linear>> parts) {
+    for (auto& p : parts) {
+        widths_.push_back(p->out_features());
+        units_.push_back(Unit{std::move(p), widths_.size() - 1, 1});
+    }
 }
 
 std::vector<Tensor> ProjGroup::forward(Backend& be, const Tensor& x) const {
     const int64_t T = x.rows();
     const DType act = be.act_dtype();
     std::vector<Tensor> outs;
-    if (!stacked_ || T != 1) {
-        for (size_t i = 0; i < parts_.size(); ++i) {
-            outs.push_back(be.scratch(act, {T, widths_[i]}));
-            parts_[i]->forward(be, x, outs.back());
+    for (const Unit& u : units_) {
+        if (u.count == 1) {
+            outs.push_back(be.scratch(act, {T, widths_[u.first]}));
+            u.lin->forward(be, x, outs.back());
+        } else if (T == 1) {  // one token: the parts are contiguous column ranges of the unit's output
+            Tensor y = be.scratch(act, {1, u.lin->out_features()});
+            u.lin->forward(be, x, y);
+            int64_t c0 = 0;
+            for (size_t i = u.first; i < u.first + u.count; ++i) {
+                outs.emplace_back(static_cast<uint8_t*>(y.data) + static_cast<size_t>(c0) * dtype_size(act), act,
+                                  y.device, std::initializer_list<int64_t>{1, widths_[i]});
+                c0 += widths_[i];
+            }
+        } else {
+            const size_t first = outs.size();
+            for (size_t i = u.first; i < u.first + u.count; ++i) outs.push_back(be.scratch(act, {T, widths_[i]}));
+            u.lin->forward_split(be, x, std::span<Tensor>(outs.data() + first, u.count));
         }
-        return outs;
-    }
-    Tensor y = be.scratch(act, {1, stacked_->out_features()});
-    stacked_->forward(be, x, y);
-    int64_t c0 = 0;
-    for (int64_t w : widths_) {
-        outs.emplace_back(static_cast<uint8_t*>(y.data) + static_cast<size_t>(c0) * dtype_size(act), act, y.device,
-                          std::initializer_list<int64_t>{1, w});
-        c0 += w;
     }
     return outs;
 }
+
+namespace {
+
+bool quant_stacking_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("GRIMOIRE_STACK_QUANT");
+        return !(v && std::string(v) == "0");
+    }();
+    return on;
+}
+
+}  // namespace
 
 ProjGroup load_proj_group(WeightLoader& wl, const std::vector<std::string>& prefixes, int64_t in,
                           const std::vector<int64_t>& outs, bool bias) {
     if (!bias)
         if (Tensor s = wl.stacked(prefixes, in, outs); s.data) return ProjGroup(wl.backend(), s, outs);
-    std::vector<std::unique_ptr<Linear>> parts;
-    for (size_t i = 0; i < prefixes.size(); ++i) parts.push_back(wl.linear(prefixes[i], in, outs[i], bias));
-    return ProjGroup(std::move(parts));
+    const size_t n = prefixes.size();
+    std::vector<std::optional<QuantHost>> q(n);
+    for (size_t i = 0; i < n; ++i) q[i] = wl.quantized(prefixes[i], in, outs[i], bias);
+    // Runs of consecutive parts that stack: quantized ones that agree (can_stack), plain float ones through
+    // WeightLoader::stacked (e.g. the BF16 DeltaNet b | a beside a quantized qkv | z); the rest one by one.
+    std::vector<std::unique_ptr<Linear>> units;
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        if (q[i]) {
+            while (quant_stacking_enabled() && j < n && q[j] && can_stack(*q[j - 1], *q[j])) ++j;
+            std::vector<QuantHost> run;
+            for (size_t k = i; k < j; ++k) run.push_back(std::move(*q[k]));
+            units.push_back(wl.quantized_linear(stack_quantized(std::move(run))));
+        } else {
+            while (j < n && !q[j]) ++j;
+            const std::vector<std::string> sub(prefixes.begin() + static_cast<std::ptrdiff_t>(i),
+                                               prefixes.begin() + static_cast<std::ptrdiff_t>(j));
+            const std::vector<int64_t> sub_outs(outs.begin() + static_cast<std::ptrdiff_t>(i),
+                                                outs.begin() + static_cast<std::ptrdiff_t>(j));
+            Tensor s = !bias && j - i > 1 ? wl.stacked(sub, in, sub_outs) : Tensor{};
+            if (s.data) {
+                units.push_back(make_dense_linear(wl.backend(), s, Tensor{}));
+            } else {
+                for (size_t k = i; k < j; ++k) units.push_back(wl.linear(prefixes[k], in, outs[k], bias));
+            }
+        }
+        i = j;
+    }
+    return ProjGroup(std::move(units), outs);
 }
 
 // ---- attention ----

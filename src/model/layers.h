@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "io/safetensors.h"
 #include "model/model.h"
 #include "quant/linear.h"
+#include "quant/quantized.h"
 
 namespace grimoire {
 
@@ -39,6 +41,11 @@ class WeightLoader {
     // (quantized formats, biases).
     Tensor stacked(const std::vector<std::string>& prefixes, int64_t in, const std::vector<int64_t>& outs);
 
+    // The quantized weight at `prefix` (any quantized format) in canonical host form, checked against
+    // [out, in] and `bias` as linear() does; nullopt for a plain float weight.
+    std::optional<QuantHost> quantized(const std::string& prefix, int64_t in, int64_t out, bool bias);
+    // The Linear of a (possibly stacked) quantized host weight, counted into ModelInfo.
+    std::unique_ptr<Linear> quantized_linear(QuantHost h);
     Backend& backend() const { return be_; }
     const Checkpoint& checkpoint() const { return ckpt_; }
 
@@ -66,27 +73,39 @@ struct AttentionConfig {
     RopeParams rope;
 };
 
-// Projections of one input, run as one matmul over their stacked weights when the checkpoint allows it
-// (WeightLoader::stacked: every plain-float model), else one Linear each. Decode then launches one GEMV where it
-// launched two to four and returns views into the stacked [1, sum] result (contiguous for one token); prompts
-// run one GEMM per projection over row ranges of the same stacked weight (no copies, no extra scratch).
+// Projections of one input, run as few matmuls as the checkpoint allows: parts whose weights can be stacked
+// along out at load (plain floats of one dtype without bias: WeightLoader::stacked; quantized parts of one
+// format that agree on K, groups, act-order and scales: stack_quantized) form one Linear, a "unit". Decode then
+// launches one GEMV per unit and returns views into its [1, sum] result (contiguous for one token); several
+// tokens get one contiguous [T, w] tensor per part through Linear::forward_split (plain weights: one GEMM per
+// row range of the stacked weight, no copies, no extra scratch).
 class ProjGroup {
   public:
     ProjGroup() = default;
-    // `stacked` [sum widths, in] on the backend; the parts are views of its row ranges.
+    // `units` in order, each covering the next parts of `widths` (its out_features = their sum).
+    ProjGroup(std::vector<std::unique_ptr<Linear>> units, std::vector<int64_t> widths);
+    // `stacked` [sum widths, in] on the backend: one unit.
     ProjGroup(const Backend& be, Tensor stacked, std::vector<int64_t> widths);
+    // One unit per part.
     explicit ProjGroup(std::vector<std::unique_ptr<Linear>> parts);
     std::vector<Tensor> forward(Backend& be, const Tensor& x) const;
     int64_t width(size_t i) const { return widths_[i]; }
-    bool is_stacked() const { return stacked_ != nullptr; }
+    bool is_stacked() const { return units_.size() < widths_.size(); }
+    size_t n_units() const { return units_.size(); }  // matmuls one forward launches
+    const Linear& unit(size_t u) const { return *units_[u].lin; }
 
   private:
-    std::unique_ptr<Linear> stacked_;
-    std::vector<std::unique_ptr<Linear>> parts_;
+    struct Unit {
+        std::unique_ptr<Linear> lin;
+        size_t first = 0, count = 0;  // parts [first, first + count)
+    };
+    std::vector<Unit> units_;
     std::vector<int64_t> widths_;
 };
 
-// Stacked when possible, else loaded one by one with WeightLoader::linear (same shape checks and errors).
+// Stacked when possible (runs of consecutive parts that stack; the environment variable GRIMOIRE_STACK_QUANT=0
+// keeps quantized parts separate, for A/B measurements), else loaded one by one with the same shape checks and
+// errors as WeightLoader::linear.
 ProjGroup load_proj_group(WeightLoader& wl, const std::vector<std::string>& prefixes, int64_t in,
                           const std::vector<int64_t>& outs, bool bias);
 

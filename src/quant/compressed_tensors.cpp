@@ -41,10 +41,10 @@ nlohmann::json weight_args(const QuantConfig& qc, const std::string& prefix) {
 
 }  // namespace
 
-std::unique_ptr<Linear> probe_compressed_tensors(
-    Backend& be, const Checkpoint& ckpt, const std::string& prefix, const QuantConfig& qc, bool allow_bias) {
+std::optional<QuantHost> quant_detail::read_compressed_tensors(
+    Backend& /*be*/, const Checkpoint& ckpt, const std::string& prefix, const QuantConfig& qc, bool allow_bias) {
     const TensorInfo* wp = ckpt.find(prefix + ".weight_packed");
-    if (!wp) return nullptr;
+    if (!wp) return std::nullopt;
     if (qc.method != "compressed-tensors")
         fail(*wp, "packed weights but quant_method is '" + qc.method + "' (expected compressed-tensors)");
     const nlohmann::json args = weight_args(qc, prefix);
@@ -132,10 +132,13 @@ std::unique_ptr<Linear> probe_compressed_tensors(
             h.q[static_cast<size_t>(n * K + k)] = static_cast<uint8_t>((w >> (4 * (k % 8))) & 0xF);
         }
     const size_t bytes = wp->nbytes + sc->nbytes + (zp ? zp->nbytes : 0);
-    Tensor bias = load_bias(be, ckpt, prefix, N, allow_bias);
-    return make_int4_linear(be, std::move(h), bias,
-                            "compressed-tensors int4 g" + std::to_string((K + G - 1) / G) + (zp ? " asym" : ""),
-                            bytes);
+    return host_of(std::move(h), find_bias(ckpt, prefix, N, allow_bias),
+                   "compressed-tensors int4 g" + std::to_string((K + G - 1) / G) + (zp ? " asym" : ""), bytes);
+}
+
+std::unique_ptr<Linear> probe_compressed_tensors(
+    Backend& be, const Checkpoint& ckpt, const std::string& prefix, const QuantConfig& qc, bool allow_bias) {
+    return linear_or_null(be, read_compressed_tensors(be, ckpt, prefix, qc, allow_bias));
 }
 
 }  // namespace grimoire

@@ -13,16 +13,16 @@ namespace grimoire {
 
 using namespace quant_detail;
 
-std::unique_ptr<Linear> probe_fp8(
+std::optional<QuantHost> quant_detail::read_fp8(
     Backend& be, const Checkpoint& ckpt, const std::string& prefix, const QuantConfig& qc, bool allow_bias) {
     const TensorInfo* w = ckpt.find(prefix + ".weight");
-    if (!w) return nullptr;
+    if (!w) return std::nullopt;
     const TensorInfo* sinv = ckpt.find(prefix + ".weight_scale_inv");
     const TensorInfo* sc = sinv ? sinv : ckpt.find(prefix + ".weight_scale");
     const bool is_fp8 = w->dtype == DType::F8_E4M3 || w->dtype == DType::F8_E5M2;
     if (!is_fp8) {
         if (sinv) fail(*sinv, "a block scale beside a " + std::string(dtype_name(w->dtype)) + " weight (expected F8_E4M3)");
-        return nullptr;  // a plain weight: the dense probe's
+        return std::nullopt;  // a plain weight: the dense probe's
     }
     if (w->dtype != DType::F8_E4M3) fail(*w, "FP8 E5M2 weights are not supported (E4M3 only)");
     if (!sc) fail(*w, "FP8 weight without weight_scale_inv or weight_scale");
@@ -58,8 +58,12 @@ std::unique_ptr<Linear> probe_fp8(
     const std::string kind = h.bn == 1 && h.bk == K ? "per-channel"
                              : h.bn == N && h.bk == K && N != 1 ? "per-tensor"
                                                                 : std::to_string(h.bn) + "x" + std::to_string(h.bk);
-    Tensor bias = load_bias(be, ckpt, prefix, N, allow_bias);
-    return make_fp8_linear(be, std::move(h), bias, "fp8 e4m3 " + kind, bytes);
+    return host_of(std::move(h), find_bias(ckpt, prefix, N, allow_bias), "fp8 e4m3 " + kind, bytes);
+}
+
+std::unique_ptr<Linear> probe_fp8(
+    Backend& be, const Checkpoint& ckpt, const std::string& prefix, const QuantConfig& qc, bool allow_bias) {
+    return linear_or_null(be, read_fp8(be, ckpt, prefix, qc, allow_bias));
 }
 
 }  // namespace grimoire

@@ -107,10 +107,10 @@ constexpr int kAwqOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};  // nibble i holds logica
 
 }  // namespace
 
-std::unique_ptr<Linear> probe_gptq(
+std::optional<QuantHost> quant_detail::read_gptq(
     Backend& be, const Checkpoint& ckpt, const std::string& prefix, const QuantConfig& qc, bool allow_bias) {
     const TensorInfo* qw = ckpt.find(prefix + ".qweight");
-    if (!qw) return nullptr;
+    if (!qw) return std::nullopt;
     const LayerQuant lq = layer_quant(qc, prefix, *qw);
     if (!lq.quantized) fail(*qw, "the quantization config says this module is not quantized, but it is packed");
     if (lq.bits != 4) fail(*qw, std::to_string(lq.bits) + "-bit packing is not supported (4-bit only)");
@@ -150,10 +150,9 @@ std::unique_ptr<Linear> probe_gptq(
         for (int64_t k = 0; k < K; ++k) h.g_idx[static_cast<size_t>(k)] = static_cast<int32_t>(k / group);
     }
 
-    if (be.random_weights()) {  // shapes and groups only: the device fills the packed data
-        Tensor bias = load_bias(be, ckpt, prefix, N, allow_bias);
-        return make_int4_linear(be, std::move(h), bias, name + " int4 g" + std::to_string(K / G) + " (random)", bytes);
-    }
+    if (be.random_weights())  // shapes and groups only: the device fills the packed data
+        return host_of(std::move(h), find_bias(ckpt, prefix, N, allow_bias),
+                       name + " int4 g" + std::to_string(K / G) + " (random)", bytes);
     h.scales = read_scales(*sc);
     const std::vector<int32_t> words = read_i32(*qw), zwords = read_i32(*qz);
 
@@ -186,9 +185,13 @@ std::unique_ptr<Linear> probe_gptq(
             }
     }
 
-    std::string fmt = name + " int4 g" + std::to_string(K / G) + (gi ? " g_idx" : "");
-    Tensor bias = load_bias(be, ckpt, prefix, N, allow_bias);
-    return make_int4_linear(be, std::move(h), bias, std::move(fmt), bytes);
+    return host_of(std::move(h), find_bias(ckpt, prefix, N, allow_bias),
+                   name + " int4 g" + std::to_string(K / G) + (gi ? " g_idx" : ""), bytes);
+}
+
+std::unique_ptr<Linear> probe_gptq(
+    Backend& be, const Checkpoint& ckpt, const std::string& prefix, const QuantConfig& qc, bool allow_bias) {
+    return linear_or_null(be, read_gptq(be, ckpt, prefix, qc, allow_bias));
 }
 
 }  // namespace grimoire

@@ -46,6 +46,19 @@ class DenseLinear final : public Linear {
         return out;
     }
 
+    void forward_split(Backend& be, const Tensor& x, std::span<Tensor> ys) const override {
+        const int64_t K = w_.dim(1);
+        int64_t r0 = 0;
+        for (Tensor& y : ys) {
+            const int64_t n = y.cols();
+            const Tensor rows = w_.row_slice(r0, n);  // [n, K]: W's rows are contiguous
+            be.matmul(x, rows, y);
+            if (bias_.data) be.add_bias(y, bias_.view({bias_.numel(), 1}).row_slice(r0, n).view({n}));
+            r0 += n;
+        }
+        GRIMOIRE_CHECK(r0 == w_.dim(0) && K == x.cols(), "forward_split: parts do not cover the weight");
+    }
+
     std::string format() const override { return std::string(dtype_name(w_.dtype)); }
     size_t weight_bytes() const override { return w_.nbytes() + (bias_.data ? bias_.nbytes() : 0); }
 
@@ -116,6 +129,17 @@ std::unique_ptr<Linear> load_linear(
         if (auto lin = probe(be, ckpt, prefix, qc, allow_bias)) return lin;
     throw Error(ckpt.dir() + ": tensor '" + prefix +
                 ".weight' not found (nor a quantized weight set under '" + prefix + "')");
+}
+
+void Linear::forward_split(Backend& be, const Tensor& x, std::span<Tensor> ys) const {
+    Tensor y = be.scratch(be.act_dtype(), {x.rows(), out_features()});  // [T, out] act
+    forward(be, x, y);
+    int64_t c0 = 0;
+    for (Tensor& part : ys) {
+        be.copy_cols(y, c0, part);
+        c0 += part.cols();
+    }
+    GRIMOIRE_CHECK(c0 == out_features(), "forward_split: parts do not cover the output");
 }
 
 std::unique_ptr<Linear> make_dense_linear(Tensor weight, Tensor bias, std::vector<float> host_ref) {

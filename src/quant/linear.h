@@ -4,6 +4,7 @@
 // block-scaled in their own files in src/quant/.
 #pragma once
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,11 @@ public:
     virtual std::string format() const = 0;
     // Bytes of weight data (and scales / zeros) one forward reads: the roofline's numerator.
     virtual size_t weight_bytes() const = 0;
+    // ys[i] [T, w_i] = consecutive column ranges of y = x W^T (+ bias), sum w_i = out: the parts of a stacked
+    // projection group for several tokens, each contiguous. The default runs forward() into scratch and copies
+    // the columns out (cheap for the few rows of a verify step); plain weights and the prefill path of the
+    // quantized ones run one matmul per row range of W instead (no [T, out] scratch for long prompts).
+    virtual void forward_split(Backend& be, const Tensor& x, std::span<Tensor> ys) const;
 };
 
 // Builds the Linear stored at `prefix` ("model.layers.0.mlp.down_proj"): `prefix.weight` (+ `.bias`) or the

@@ -1,6 +1,7 @@
 // The INT4 and FP8 Linear implementations (canonical layouts, CPU oracle kernels) and the readers' helpers.
 #include "quant/quantized.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -32,12 +33,13 @@ std::vector<float> read_scales(const TensorInfo& t) {
     return t.to_f32();
 }
 
-Tensor load_bias(Backend& be, const Checkpoint& ckpt, const std::string& prefix, int64_t N, bool allow_bias) {
+std::vector<const TensorInfo*> find_bias(const Checkpoint& ckpt, const std::string& prefix, int64_t N,
+                                         bool allow_bias) {
     const TensorInfo* b = ckpt.find(prefix + ".bias");
-    if (!b) return Tensor{};
+    if (!b) return {};
     if (!allow_bias) fail(*b, "this layer takes no bias (the config says so)");
     expect_shape(*b, {N});
-    return be.upload(*b, DType::F32);
+    return {b};
 }
 
 }  // namespace quant_detail
@@ -139,6 +141,146 @@ std::unique_ptr<Linear> make_fp8_linear(Backend& be, Fp8Host w, Tensor bias, std
     if (be.device() == Device::CUDA) return make_cuda_fp8_linear(be, std::move(w), bias, std::move(format), stored_bytes);
 #endif
     return make_fp8_linear(std::move(w), bias, std::move(format), stored_bytes);
+}
+
+}  // namespace grimoire
+
+// ---- reading and stacking the canonical host form ----
+
+namespace grimoire {
+
+using namespace quant_detail;
+
+QuantHost quant_detail::host_of(Int4Host w, std::vector<const TensorInfo*> bias, std::string format,
+                                size_t stored_bytes) {
+    return QuantHost{std::move(w), std::nullopt, std::move(bias), std::move(format), stored_bytes};
+}
+
+QuantHost quant_detail::host_of(Fp8Host w, std::vector<const TensorInfo*> bias, std::string format,
+                                size_t stored_bytes) {
+    return QuantHost{std::nullopt, std::move(w), std::move(bias), std::move(format), stored_bytes};
+}
+
+std::unique_ptr<Linear> quant_detail::linear_or_null(Backend& be, std::optional<QuantHost> h) {
+    return h ? make_quantized_linear(be, std::move(*h)) : nullptr;
+}
+
+std::optional<QuantHost> read_quantized(Backend& be, const Checkpoint& ckpt, const std::string& prefix,
+                                        const QuantConfig& qc, bool allow_bias) {
+    // The order of the probes in quant/formats.cpp: GPTQ-family, compressed-tensors, FP8.
+    for (auto reader : {read_gptq, read_compressed_tensors, read_fp8})
+        if (std::optional<QuantHost> h = reader(be, ckpt, prefix, qc, allow_bias)) return h;
+    return std::nullopt;
+}
+
+namespace {
+
+bool int4_symmetric(const Int4Host& h) {
+    return std::all_of(h.zeros.begin(), h.zeros.end(), [](int32_t z) { return z == 8; });
+}
+
+// One scale per output row over all of K (per-channel, or per-tensor which is the same scale on every row).
+bool fp8_rowwise(const Fp8Host& h) { return h.bk == h.K && (h.bn == 1 || h.bn >= h.N); }
+
+}  // namespace
+
+bool can_stack(const QuantHost& prev, const QuantHost& next) {
+    if (prev.bias.empty() != next.bias.empty() || prev.K() != next.K()) return false;
+    if (prev.int4 && next.int4) {
+        const Int4Host &a = *prev.int4, &b = *next.int4;
+        if (a.q.empty() != b.q.empty()) return false;  // random-weight parts stack only with their kind
+        return a.G == b.G && a.g_idx == b.g_idx && int4_symmetric(a) == int4_symmetric(b);
+    }
+    if (prev.fp8 && next.fp8) {
+        const Fp8Host &a = *prev.fp8, &b = *next.fp8;
+        if (a.w.empty() != b.w.empty()) return false;
+        if (fp8_rowwise(a) && fp8_rowwise(b)) return true;
+        // Blocks: next's scale rows start a new block row only when prev's N fills whole blocks.
+        return a.bn == b.bn && a.bk == b.bk && a.N % a.bn == 0;
+    }
+    return false;
+}
+
+QuantHost stack_quantized(std::vector<QuantHost> parts) {
+    GRIMOIRE_CHECK(!parts.empty(), "stack_quantized: no parts");
+    if (parts.size() == 1) return std::move(parts[0]);
+    QuantHost out;
+    out.format = parts[0].format + " (" + std::to_string(parts.size()) + " stacked)";
+    for (size_t i = 0; i < parts.size(); ++i) {
+        if (i) GRIMOIRE_CHECK(can_stack(parts[i - 1], parts[i]), "stack_quantized: parts do not stack");
+        out.stored_bytes += parts[i].stored_bytes;
+        out.bias.insert(out.bias.end(), parts[i].bias.begin(), parts[i].bias.end());
+    }
+    if (parts[0].int4) {
+        Int4Host s;
+        s.K = parts[0].int4->K, s.G = parts[0].int4->G, s.g_idx = parts[0].int4->g_idx;
+        for (const QuantHost& p : parts) s.N += p.int4->N;
+        const bool data = !parts[0].int4->q.empty();
+        if (data) {
+            s.zeros.resize(static_cast<size_t>(s.G * s.N));
+            s.scales.resize(s.zeros.size());
+        }
+        int64_t n0 = 0;
+        for (QuantHost& p : parts) {
+            const Int4Host& h = *p.int4;
+            if (data) {
+                s.q.insert(s.q.end(), h.q.begin(), h.q.end());  // [N, K] rows append
+                for (int64_t g = 0; g < s.G; ++g) {             // [G, N]: the part's columns of each group row
+                    const size_t src = static_cast<size_t>(g * h.N), dst = static_cast<size_t>(g * s.N + n0);
+                    std::copy_n(h.zeros.begin() + src, h.N, s.zeros.begin() + dst);
+                    std::copy_n(h.scales.begin() + src, h.N, s.scales.begin() + dst);
+                }
+            }
+            n0 += h.N;
+            p.int4.reset();
+        }
+        out.int4 = std::move(s);
+        return out;
+    }
+    Fp8Host s;
+    s.K = parts[0].fp8->K;
+    const bool rowwise = std::all_of(parts.begin(), parts.end(), [](const QuantHost& p) { return fp8_rowwise(*p.fp8); });
+    s.bn = rowwise ? 1 : parts[0].fp8->bn;
+    s.bk = rowwise ? s.K : parts[0].fp8->bk;
+    for (QuantHost& p : parts) {
+        const Fp8Host& h = *p.fp8;
+        s.N += h.N;
+        s.w.insert(s.w.end(), h.w.begin(), h.w.end());  // [N, K] rows append (empty for random weights)
+        if (h.w.empty()) continue;
+        if (rowwise && h.bn != 1)  // per-tensor: its one scale on each of its rows
+            s.scales.insert(s.scales.end(), static_cast<size_t>(h.N), h.scales[0]);
+        else  // per-channel rows, or whole block rows (prev's N is a multiple of bn)
+            s.scales.insert(s.scales.end(), h.scales.begin(), h.scales.end());
+        p.fp8.reset();
+    }
+    out.fp8 = std::move(s);
+    return out;
+}
+
+std::unique_ptr<Linear> make_quantized_linear(Backend& be, QuantHost h) {
+    Tensor bias;
+    if (h.bias.size() == 1) {
+        bias = be.upload(*h.bias[0], DType::F32);
+    } else if (!h.bias.empty()) {
+        // The parts' biases as one F32 [N] (random weights: shape only, the backend fills it).
+        TensorInfo all;
+        all.name = h.bias[0]->name + " (stacked with " + std::to_string(h.bias.size() - 1) + " more)";
+        all.file = h.bias[0]->file;
+        all.dtype = DType::F32;
+        std::vector<float> host;
+        for (const TensorInfo* b : h.bias) {
+            const std::vector<float> v = be.random_weights() ? std::vector<float>(static_cast<size_t>(b->numel()))
+                                                             : b->to_f32();
+            host.insert(host.end(), v.begin(), v.end());
+        }
+        all.shape = {static_cast<int64_t>(host.size())};
+        all.nbytes = host.size() * sizeof(float);
+        if (!be.random_weights()) all.data = reinterpret_cast<const uint8_t*>(host.data());
+        bias = be.upload(all, DType::F32);
+    }
+    if (h.int4) return make_int4_linear(be, std::move(*h.int4), bias, std::move(h.format), h.stored_bytes);
+    GRIMOIRE_CHECK(h.fp8.has_value(), "make_quantized_linear: no weight");
+    return make_fp8_linear(be, std::move(*h.fp8), bias, std::move(h.format), h.stored_bytes);
 }
 
 }  // namespace grimoire

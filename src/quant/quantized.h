@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,36 @@ std::unique_ptr<Linear> make_cuda_int4_linear(Backend& be, Int4Host w, Tensor bi
 std::unique_ptr<Linear> make_cuda_fp8_linear(Backend& be, Fp8Host w, Tensor bias, std::string format,
                                              size_t stored_bytes);
 
+// One layer's quantized weight in canonical host form, read but not yet built into a Linear: the loader stacks
+// several projections of one input (q/k/v, gate/up, DeltaNet qkv/z) into one Linear before building it, so a
+// decode step runs one kernel per group whatever the format. Exactly one of int4 / fp8 is set. With
+// be.random_weights() the host weight carries shapes and g_idx only (no q / zeros / scales / w).
+struct QuantHost {
+    std::optional<Int4Host> int4;
+    std::optional<Fp8Host> fp8;
+    std::vector<const TensorInfo*> bias;  // per stacked part, `prefix.bias` [N_i] (validated); empty: no bias
+    std::string format;                   // Linear::format()
+    size_t stored_bytes = 0;
+    int64_t N() const { return int4 ? int4->N : fp8->N; }
+    int64_t K() const { return int4 ? int4->K : fp8->K; }
+};
+
+// The quantized weight stored at `prefix` in any quantized format (the readers of the probes below, same
+// order), or nullopt when there is none (a plain float weight, or nothing). Throws like load_linear for an
+// inconsistent or unsupported set.
+std::optional<QuantHost> read_quantized(Backend& be, const Checkpoint& ckpt, const std::string& prefix,
+                                        const QuantConfig& qc, bool allow_bias);
+// `next` can follow `prev` (itself possibly stacked) along N in one weight with the exact same result per
+// output: same family and K; INT4: same g_idx (act-order permutation), group count and symmetry (all zero
+// points 8, or not: a symmetric group keeps the zero-free kernel); FP8: the same scale grid (per-channel and
+// per-tensor count as per-channel) and prev's N a multiple of the block's bn; bias on all parts or none.
+bool can_stack(const QuantHost& prev, const QuantHost& next);
+// The parts concatenated along N (rows of q / w, columns of zeros / scales, rows of the FP8 scale grid); each
+// consecutive pair must pass can_stack.
+QuantHost stack_quantized(std::vector<QuantHost> parts);
+// The Linear of `h` on `be` (CPU oracle, or the CUDA repacked one); the bias parts are uploaded as one [N] F32.
+std::unique_ptr<Linear> make_quantized_linear(Backend& be, QuantHost h);
+
 // Probes (see quant/formats.h for the contract).
 std::unique_ptr<Linear> probe_gptq(  // qweight/qzeros/scales[/g_idx]: GPTQ, AutoRound auto_gptq, AWQ packings
     Backend& be, const Checkpoint& ckpt, const std::string& prefix, const QuantConfig& qc, bool allow_bias);
@@ -60,8 +91,21 @@ namespace quant_detail {
 void expect_shape(const TensorInfo& t, const std::vector<int64_t>& shape);
 std::vector<int32_t> read_i32(const TensorInfo& t);  // I32 tensor, else Error
 std::vector<float> read_scales(const TensorInfo& t);  // F16/BF16/F32 tensor as f32, else Error
-// `prefix.bias` [N] uploaded as F32, or an empty Tensor when absent.
-Tensor load_bias(Backend& be, const Checkpoint& ckpt, const std::string& prefix, int64_t N, bool allow_bias);
+// `prefix.bias` [N] checked (shape, allowed) as a one-part QuantHost::bias list, empty when absent.
+std::vector<const TensorInfo*> find_bias(const Checkpoint& ckpt, const std::string& prefix, int64_t N,
+                                         bool allow_bias);
+// A one-part QuantHost.
+QuantHost host_of(Int4Host w, std::vector<const TensorInfo*> bias, std::string format, size_t stored_bytes);
+QuantHost host_of(Fp8Host w, std::vector<const TensorInfo*> bias, std::string format, size_t stored_bytes);
+// make_quantized_linear(be, *h), or nullptr without h: a probe from a reader.
+std::unique_ptr<Linear> linear_or_null(Backend& be, std::optional<QuantHost> h);
+// The readers: the canonical host form at `prefix`, or nullopt when the tensors there are not this format's.
+std::optional<QuantHost> read_gptq(Backend& be, const Checkpoint& ckpt, const std::string& prefix,
+                                   const QuantConfig& qc, bool allow_bias);
+std::optional<QuantHost> read_compressed_tensors(Backend& be, const Checkpoint& ckpt, const std::string& prefix,
+                                                 const QuantConfig& qc, bool allow_bias);
+std::optional<QuantHost> read_fp8(Backend& be, const Checkpoint& ckpt, const std::string& prefix,
+                                  const QuantConfig& qc, bool allow_bias);
 }  // namespace quant_detail
 
 }  // namespace grimoire

@@ -6,6 +6,7 @@
 // With --random-weights the packed words and scales are filled on the device instead (the reader skips the
 // host decode and passes an Int4Host / Fp8Host without data).
 #include <cstring>
+#include <span>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
@@ -80,6 +81,26 @@ class CudaQuantLinear : public Linear {
             cb.matmul(x, w, y);
         }
         if (bias_.data) be.add_bias(y, bias_);
+    }
+
+    // A stacked group's parts (ys[i] [M, w_i] act dtype). M <= 16: the kernel over the whole stacked weight,
+    // then column copies (Linear's default). Prefill: the weight is dequantized ONCE and each part runs a
+    // cuBLAS GEMM over its row range of the dequantized matrix (no [M, N] scratch, no copies).
+    void forward_split(Backend& be, const Tensor& x, std::span<Tensor> ys) const override {
+        if (x.rows() <= cuda::kQmmMaxM && wdt_ == DType::BF16) return Linear::forward_split(be, x, ys);
+        CudaBackend& cb = cuda_of(be);
+        Tensor w(cb.quant_ws(CudaBackend::QuantWs::DEQUANT), wdt_, Device::CUDA, {N_, K_});  // [N, K]
+        cb.record(cuda::KeyHasher().add(kOpDequant).add(w).add(id()).h,
+                  [this, w](cudaStream_t s) { run_dequant(w.data, w.dtype, s); });
+        int64_t r0 = 0;
+        for (Tensor& y : ys) {
+            const int64_t n = y.cols();
+            GRIMOIRE_CHECK(y.rows() == x.rows() && r0 + n <= N_, "quantized forward_split: parts do not fit");
+            cb.matmul(x, w.row_slice(r0, n), y);
+            if (bias_.data) be.add_bias(y, bias_.view({N_, 1}).row_slice(r0, n).view({n}));
+            r0 += n;
+        }
+        GRIMOIRE_CHECK(r0 == N_, "quantized forward_split: parts do not cover the weight");
     }
 
   protected:
