@@ -101,6 +101,19 @@ int main(int argc, char** argv) {
         Tensor kc = S({T + 8, Hkv, D}), vc = S({T + 8, Hkv, D});
         report("attention prefill (causal, n_past 0)", time_ms(be, [&] { be.attention(q3, ka, va, kc, vc, 0, 0.0625f, att); }), 0,
                4.0 * Hq * D * (static_cast<double>(T) * T / 2));
+        {  // the same prompt continuing a cached prefix of T rows (a second prefill chunk): T^2 + T^2 / 2 pairs
+            Tensor kcp = S({2 * T + 8, Hkv, D}), vcp = S({2 * T + 8, Hkv, D});
+            report("attention prefill (causal, n_past T)", time_ms(be, [&] { be.attention(q3, ka, va, kcp, vcp, T, 0.0625f, att); }),
+                   0, 4.0 * Hq * D * (1.5 * static_cast<double>(T) * T));
+        }
+        {  // head_dim 128 (32 query / 8 KV heads, a Qwen3-8B layer)
+            const int64_t Hq2 = 32, Hkv2 = 8, D2 = 128;
+            Tensor q2 = S({T, Hq2, D2}), k2 = S({T, Hkv2, D2}), v2 = S({T, Hkv2, D2}), o2 = S({T, Hq2, D2});
+            Tensor kc2 = S({T + 8, Hkv2, D2}), vc2 = S({T + 8, Hkv2, D2});
+            report("attention prefill D=128 32q/8kv (causal)",
+                   time_ms(be, [&] { be.attention(q2, k2, v2, kc2, vc2, 0, 0.088f, o2); }), 0,
+                   4.0 * Hq2 * D2 * (static_cast<double>(T) * T / 2));
+        }
         report("mul_sigmoid [T,6144]", time_ms(be, [&] { be.mul_sigmoid(att, att); }), 6.0 * T * Hq * D, 0);
         // decode-shaped
         Tensor x1 = S({1, H}), g1 = S({1, I}), l1 = S({1, 248320});
