@@ -34,8 +34,9 @@ void launch_prefill(const void* q, int q_dt, const void* k_cache, const void* v_
                     const Geometry& g, int64_t n_past, const int* n_past_dev, float scale, void* out, int o_dt,
                     cudaStream_t s);
 
-// Tensor-core prefill for BF16 caches and head_dim 32/64/128/256; false when it does not apply (the caller
-// then uses launch_prefill).
+// Tensor-core (FlashAttention-2 style) prefill for BF16 caches and head_dim 32/64/128/256; false when it does
+// not apply (other head_dims, caches not 16-byte aligned, out not 8-byte aligned): the caller then uses
+// launch_prefill.
 bool launch_prefill_tc(const void* q, int q_dt, const void* k_cache, const void* v_cache, const Geometry& g,
                        int64_t n_past, const int* n_past_dev, float scale, void* out, int o_dt, cudaStream_t s);
 
