@@ -147,7 +147,24 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Int4Case{16, 64, 64, false, true, 0}, Int4Case{17, 200, 32, false, false, 0},
                       Int4Case{1000, 384, 128, true, true, 1}, Int4Case{63, 1000, 0, false, false, 2},
                       Int4Case{65, 640, 64, true, false, 0}, Int4Case{3, 96, 32, true, true, 2},
-                      Int4Case{1030, 2048, 128, false, true, 0}, Int4Case{300, 4160, 128, false, false, 1}));
+                      Int4Case{1030, 2048, 128, false, true, 0}, Int4Case{300, 4160, 128, false, false, 1},
+                      Int4Case{100, 320, 16, false, false, 1}, Int4Case{33, 1003, 0, false, true, 0},
+                      Int4Case{70, 1280, 256, true, false, 0}));
+
+// Groups the qmm kernel does not take (not 16, 32 or a multiple of 64 channels) run every M through the
+// dequant + GEMM path: BF16-rounded weights, so the prefill tolerance applies to every M.
+TEST(CudaInt4OddGroups, DequantPathForEveryRowCount) {
+    GRIMOIRE_REQUIRE_GPU();
+    std::mt19937 rng(fresh_seed());
+    CudaBackend gpu(0, DType::BF16);
+    EXPECT_FALSE(cuda::qmm_supported(96, 5));
+    EXPECT_TRUE(cuda::qmm_supported(128, 5) && cuda::qmm_supported(32, 5) && cuda::qmm_supported(96, 1));
+    Int4Host h = random_int4(50, 480, 96, false, false, 0, rng);
+    std::vector<float> w(static_cast<size_t>(h.N * h.K));
+    cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
+    auto lin = make_int4_linear(gpu, std::move(h), Tensor{}, "test int4 g96", 0);
+    for (int64_t M : {1, 7, 16, 17}) check_linear(gpu, *lin, w, M, 3e-3, rng, "int4 50x480 g96");
+}
 
 struct Fp8Case {
     int64_t N, K;

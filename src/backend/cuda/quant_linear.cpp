@@ -7,12 +7,14 @@
 // host decode and passes an Int4Host / Fp8Host without data).
 #include <cstring>
 #include <span>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
 #include "core/error.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/quant.h"
+#include "kernels/cuda/split_cols.h"
 #include "quant/quantized.h"
 #include "quant/repack.h"
 
@@ -20,7 +22,7 @@ namespace grimoire {
 
 namespace {
 
-constexpr uint64_t kOpQmm = 0x514d4d00ull, kOpDequant = 0x44455100ull;
+constexpr uint64_t kOpQmm = 0x514d4d00ull, kOpDequant = 0x44455100ull, kOpSplit = 0x53504c00ull;
 
 CudaBackend& cuda_of(Backend& be) {
     auto* c = dynamic_cast<CudaBackend*>(&be);
@@ -65,7 +67,7 @@ class CudaQuantLinear : public Linear {
         const int64_t M = x.rows();
         // The F32 reference mode takes the dequant + fp32 GEMM path at every M (the tensor-core kernel rounds
         // activations to BF16), so it matches the CPU oracle up to summation order.
-        if (M <= cuda::kQmmMaxM && wdt_ == DType::BF16) {
+        if (M <= cuda::kQmmMaxM && wdt_ == DType::BF16 && qmm_ok_) {
             cuda::QmmWorkspace ws;
             ws.partials = static_cast<float*>(cb.quant_ws(CudaBackend::QuantWs::PARTIALS));
             ws.partial_bytes = cb.quant_ws_bytes(CudaBackend::QuantWs::PARTIALS);
@@ -84,11 +86,21 @@ class CudaQuantLinear : public Linear {
     }
 
     // A stacked group's parts (ys[i] [M, w_i] act dtype). M <= 16: the kernel over the whole stacked weight,
-    // then column copies (Linear's default). Prefill: the weight is dequantized ONCE and each part runs a
-    // cuBLAS GEMM over its row range of the dequantized matrix (no [M, N] scratch, no copies).
+    // then ONE launch that splits its [M, N] output into the parts. Prefill: the weight is dequantized ONCE and
+    // each part runs a cuBLAS GEMM over its row range of the dequantized matrix (no [M, N] scratch, no copies).
     void forward_split(Backend& be, const Tensor& x, std::span<Tensor> ys) const override {
-        if (x.rows() <= cuda::kQmmMaxM && wdt_ == DType::BF16) return Linear::forward_split(be, x, ys);
         CudaBackend& cb = cuda_of(be);
+        if (x.rows() <= cuda::kQmmMaxM && wdt_ == DType::BF16 && qmm_ok_) {
+            if (ys.size() > static_cast<size_t>(cuda::kMaxSplitCols)) return Linear::forward_split(be, x, ys);
+            Tensor y = cb.scratch(cb.act_dtype(), {x.rows(), N_});  // [M, N] act
+            forward(be, x, y);
+            std::vector<Tensor> parts(ys.begin(), ys.end());
+            cuda::KeyHasher key;
+            key.add(kOpSplit).add(y);
+            for (const Tensor& p : parts) key.add(p);
+            cb.record(key.h, [y, parts](cudaStream_t s) { cuda::split_cols(y, parts, s); });
+            return;
+        }
         Tensor w(cb.quant_ws(CudaBackend::QuantWs::DEQUANT), wdt_, Device::CUDA, {N_, K_});  // [N, K]
         cb.record(cuda::KeyHasher().add(kOpDequant).add(w).add(id()).h,
                   [this, w](cudaStream_t s) { run_dequant(w.data, w.dtype, s); });
@@ -109,6 +121,7 @@ class CudaQuantLinear : public Linear {
     virtual void run_dequant(void* out, DType dt, cudaStream_t s) const = 0;
     int64_t N_, K_;
     DType wdt_;  // dequant workspace dtype: the activations' (BF16, or F32 in the reference mode)
+    bool qmm_ok_ = true;  // the scale grid suits qmm_* (cuda::qmm_supported); else every M takes the dequant path
     Tensor bias_;
     std::string fmt_;
     size_t bytes_;
@@ -128,6 +141,7 @@ class CudaInt4Linear final : public CudaQuantLinear {
         }
         h = Int4Host{};  // the device copy is the only one from here on
         d_.N = p.N, d_.K = p.K, d_.G = p.G, d_.group_size = p.group_size, d_.NT = p.NT, d_.KC = p.KC;
+        qmm_ok_ = cuda::qmm_supported(p.group_size, p.G);
         d_.scale_dtype = scale_dtype(p.scale_type);
         const size_t nwords = static_cast<size_t>(p.NT * p.KC * 32 * 4);
         const size_t nscales = static_cast<size_t>(p.G * p.NT * 16);
@@ -182,6 +196,7 @@ class CudaFp8Linear final : public CudaQuantLinear {
         }
         h = Fp8Host{};
         d_.N = p.N, d_.K = p.K, d_.NT = p.NT, d_.KC = p.KC, d_.bn = p.bn, d_.bk = p.bk, d_.SN = p.SN, d_.SG = p.SG;
+        qmm_ok_ = cuda::qmm_supported(p.bk, p.SG);
         const size_t nwords = static_cast<size_t>(p.NT * p.KC * 32 * 8);
         const size_t nscales = static_cast<size_t>(p.SN * p.SG);
         d_.words = static_cast<const uint32_t*>(be.weight_buffer(nwords * 4, random ? nullptr : p.words.data()));

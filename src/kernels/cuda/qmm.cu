@@ -1,5 +1,6 @@
 // Quantized weight (INT4 group-quantized or FP8 E4M3) x activations for M = 1..16 rows (decode, concurrent
 // users, speculative verify): the launchers around quant_mma.cuh's kernel and the split-K workspace sizing.
+#include <algorithm>
 #include <cstdlib>
 
 #include "kernels/cuda/quant_mma.cuh"
@@ -18,106 +19,147 @@ int device_sms() {
 }
 }  // namespace qmm
 
-// Partials: [grid block][2][M][kColBlock] f32 for at most kMaxBlocksPerSm blocks per SM; counters: one per column block.
+// Partials: [grid block][2][M][kColBlock] f32 for at most kMaxBlocksPerSm blocks per SM, then the BF16 copy of
+// x [M][K rounded to 8] when x needs converting or the act-order gather; counters: one per column block.
 constexpr int kMaxBlocksPerSm = 8;
-constexpr int kMinBatches = 4;
+
+size_t partials_region() {
+    return static_cast<size_t>(qmm::device_sms()) * kMaxBlocksPerSm * 2 * kQmmMaxM * qmm::kColBlock * 4;
+}
 
 void qmm_workspace_need(int64_t N, int64_t K, size_t* partial_bytes, int* n_counters) {
-    (void)K;
     const int64_t NT = (N + 15) / 16;
-    *partial_bytes = static_cast<size_t>(qmm::device_sms()) * kMaxBlocksPerSm * 2 * kQmmMaxM * qmm::kColBlock * 4;
+    *partial_bytes = partials_region() + static_cast<size_t>(kQmmMaxM) * static_cast<size_t>((K + 7) / 8 * 8) * 2;
     *n_counters = static_cast<int>((NT + qmm::kNtPerBlock - 1) / qmm::kNtPerBlock);
+}
+
+bool qmm_supported(int64_t group_size, int64_t G) {
+    return G <= 1 || group_size == 16 || group_size == 32 || (group_size > 0 && group_size % 64 == 0);
 }
 
 namespace {
 
-template <bool FP8, int MT, bool ASYM, class ST>
-void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_t s) {
-    constexpr int U = qmm::batch_chunks(FP8);
-    const size_t smem =
-        static_cast<size_t>(a.M) * static_cast<size_t>(qmm::max_batches(a.M, FP8) * U * 64 + qmm::kXPad) * 2;
-    // Blocks resident per SM for this M (shared memory depends on it), asked once per instantiation and M.
-    static int occ[kQmmMaxM + 1] = {};
-    int& o = occ[a.M];
-    if (o == 0) {
-        int n = 0;
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, qmm::qmm_kernel<FP8, MT, ASYM, ST>, qmm::kThreads, smem);
-        o = n < 1 ? 1 : (n > kMaxBlocksPerSm ? kMaxBlocksPerSm : n);
+// x [M, K] (BF16 or F32, any alignment) -> BF16 [M][ldx] in the kernel's channel order (perm applied), zeros
+// past K.
+__global__ void prep_x_kernel(const void* x, int xdt, const int32_t* perm, int M, int K, int ldx, uint16_t* out) {
+    const int64_t n = static_cast<int64_t>(M) * ldx;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int r = static_cast<int>(i / ldx), k = static_cast<int>(i - static_cast<int64_t>(r) * ldx);
+        float v = 0.0f;
+        if (k < K) v = ld(x, xdt, static_cast<int64_t>(r) * K + (perm ? perm[k] : k));
+        out[i] = __bfloat16_as_ushort(__float2bfloat16(v));
     }
-    // One wave of resident blocks, but at least kMinBatches batches each: a grid block's fixed costs (first
-    // load latency, staging, partial write, arrival) must be spread over enough streaming.
-    static const int min_batches = [] {
-        const char* e = std::getenv("GRIMOIRE_QMM_MIN_BATCHES");
-        return e && std::atoi(e) > 0 ? std::atoi(e) : kMinBatches;
-    }();
-    int blocks = forced_blocks > 0 ? forced_blocks : o * qmm::device_sms();
-    if (forced_blocks <= 0 && blocks > a.W / min_batches) blocks = a.W / min_batches;
-    if (blocks < 1) blocks = 1;
-    if (blocks > a.W) blocks = a.W;
-    if (static_cast<size_t>(blocks) * 2 * a.M * qmm::kColBlock * 4 > ws.partial_bytes)
-        throw Error("cuda qmm: partials workspace too small (reserve qmm_workspace_need)");
-    qmm::qmm_kernel<FP8, MT, ASYM, ST><<<static_cast<unsigned>(blocks), qmm::kThreads, smem, s>>>(a);
 }
 
-template <bool FP8, bool ASYM, class ST>
-void launch_mt(qmm::Args& a, const QmmWorkspace& ws, int forced, cudaStream_t s) {
-    if (a.M <= 8) launch<FP8, 1, ASYM, ST>(a, ws, forced, s);
-    else launch<FP8, 2, ASYM, ST>(a, ws, forced, s);
+template <bool FP8, int MT, bool ASYM, int GK>
+void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_t s) {
+    auto kernel = qmm::qmm_kernel<FP8, MT, ASYM, GK>;
+    const size_t smem = qmm::plan_stage(a, FP8, ASYM);
+    static const bool attr_set = [&] {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+        return true;
+    }();
+    (void)attr_set;
+    // Blocks resident per SM for this shared-memory size (it depends on M and the scale groups per chunk).
+    static size_t occ_smem[kQmmMaxM + 1] = {};
+    static int occ_n[kQmmMaxM + 1] = {};
+    if (occ_smem[a.M] != smem) {
+        int n = 0;
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, qmm::kThreads, smem);
+        occ_n[a.M] = n < 1 ? 1 : (n > kMaxBlocksPerSm ? kMaxBlocksPerSm : n);
+        occ_smem[a.M] = smem;
+    }
+    // One wave of resident blocks, but each with enough chunks to spread its fixed costs (ring fill, partial
+    // write and arrival); more rows make partials heavier, so fewer, longer ranges.
+    static const int env_steps = [] {
+        const char* e = std::getenv("GRIMOIRE_QMM_MIN_STEPS");
+        return e && std::atoi(e) > 0 ? std::atoi(e) : 0;
+    }();
+    const int min_steps = env_steps > 0 ? env_steps : 8 + a.M;
+    int blocks = forced_blocks > 0 ? forced_blocks : occ_n[a.M] * qmm::device_sms();
+    if (forced_blocks <= 0 && blocks > a.W / min_steps) blocks = a.W / min_steps;
+    if (blocks < 1) blocks = 1;
+    if (blocks > a.W) blocks = a.W;
+    if (static_cast<size_t>(blocks) * 2 * a.M * qmm::kColBlock * 4 > partials_region())
+        throw Error("cuda qmm: more grid blocks than the partials workspace holds");
+    kernel<<<static_cast<unsigned>(blocks), qmm::kThreads, smem, s>>>(a);
+}
+
+template <bool FP8, bool ASYM>
+void launch_gk(qmm::Args& a, const QmmWorkspace& ws, int forced, cudaStream_t s) {
+    const int gk = a.gpc == 1 ? 0 : a.gpc == 2 ? 2 : 1;
+    const bool two = a.M > 8;
+    if (gk == 0) two ? launch<FP8, 2, ASYM, 0>(a, ws, forced, s) : launch<FP8, 1, ASYM, 0>(a, ws, forced, s);
+    else if (gk == 2) two ? launch<FP8, 2, ASYM, 2>(a, ws, forced, s) : launch<FP8, 1, ASYM, 2>(a, ws, forced, s);
+    else two ? launch<FP8, 2, ASYM, 1>(a, ws, forced, s) : launch<FP8, 1, ASYM, 1>(a, ws, forced, s);
 }
 
 }  // namespace
 
-// Shared by qmm_int4 / qmm_fp8: validates x / y and the workspace, fills the common arguments.
-bool qmm_prepare(const char* op, bool fp8, int64_t N, int64_t K, int64_t NT, int64_t KC, const Tensor& x, Tensor& y,
-                 const QmmWorkspace& ws, qmm::Args& a) {
+// Shared by qmm_int4 / qmm_fp8: validates x / y, the group size and the workspace, fills the common arguments
+// (x converted / gathered into the workspace when it is not BF16 in channel order with 16-byte rows).
+bool qmm_prepare(const char* op, int64_t N, int64_t K, int64_t NT, int64_t KC, int64_t G, int64_t gs,
+                 const int32_t* perm, const Tensor& x, Tensor& y, const QmmWorkspace& ws, cudaStream_t s,
+                 qmm::Args& a) {
     const int64_t M = x.rows();
     if (x.cols() != K || y.rows() != M || y.cols() != N)
         throw Error(std::string("cuda ") + op + ": x [M, K], y [M, N] disagree with the weight [" + std::to_string(N) +
                     ", " + std::to_string(K) + "]");
     if (M > kQmmMaxM) throw Error(std::string("cuda ") + op + ": M = " + std::to_string(M) + " > 16");
+    if (!qmm_supported(gs, G))
+        throw Error(std::string("cuda ") + op + ": scale groups of " + std::to_string(gs) +
+                    " channels (the kernel takes 16, 32 or multiples of 64; the dequant path takes the rest)");
     if (M == 0 || N == 0) return false;
-    a.x = x.data, a.xdt = dt_code(x.dtype, op, "x");
-    a.y = y.data, a.ydt = dt_code(y.dtype, op, "y");
-    a.N = N, a.K = K, a.NT = NT, a.KC = KC, a.M = static_cast<int>(M);
     const int64_t nb = (NT + qmm::kNtPerBlock - 1) / qmm::kNtPerBlock;
-    const int U = qmm::batch_chunks(fp8);
-    a.BPN = static_cast<int>((KC + U - 1) / U);
-    if (nb * a.BPN > (1ll << 30)) throw Error(std::string("cuda ") + op + ": weight too large for 32-bit work indices");
-    a.W = static_cast<int>(nb * a.BPN);
-    if (!ws.partials || !ws.counters || ws.n_counters < nb)
+    if (nb * KC > (1ll << 30) || N > (1 << 30) || K > (1 << 30))
+        throw Error(std::string("cuda ") + op + ": weight too large for 32-bit work indices");
+    size_t need = 0;
+    int counters = 0;
+    qmm_workspace_need(N, K, &need, &counters);
+    if (!ws.partials || !ws.counters || ws.n_counters < nb || ws.partial_bytes < need)
         throw Error(std::string("cuda ") + op + ": workspace too small (reserve qmm_workspace_need)");
     a.partials = ws.partials, a.counters = ws.counters;
+    a.y = y.data, a.ydt = dt_code(y.dtype, op, "y");
+    a.N = static_cast<int>(N), a.K = static_cast<int>(K), a.NT = static_cast<int>(NT), a.KC = static_cast<int>(KC);
+    a.M = static_cast<int>(M);
+    a.G = static_cast<int>(G < 1 ? 1 : G);
+    a.gs = static_cast<int>(G <= 1 ? K : gs);
+    a.gpc = G <= 1 || gs >= 64 ? 1 : static_cast<int>(64 / gs);
+    a.W = static_cast<int>(nb * KC);
+    const int xdt = dt_code(x.dtype, op, "x");
+    if (xdt == kBF16 && perm == nullptr && K % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
+        a.x = static_cast<const uint16_t*>(x.data), a.ldx = static_cast<int>(K);
+    } else {
+        a.ldx = static_cast<int>((K + 7) / 8 * 8);
+        uint16_t* xb = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(ws.partials) + partials_region());
+        const int64_t n = M * a.ldx;
+        prep_x_kernel<<<static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 1024)), 256, 0, s>>>(
+            x.data, xdt, perm, a.M, a.K, a.ldx, xb);
+        check_launch(op);
+        a.x = xb;
+    }
     return true;
 }
 
 void qmm_int4(const Int4Dev& w, const Tensor& x, Tensor& y, const QmmWorkspace& ws, cudaStream_t s, int forced) {
     qmm::Args a{};
-    if (!qmm_prepare("qmm_int4", false, w.N, w.K, w.NT, w.KC, x, y, ws, a)) return;
-    a.words = w.words, a.scales = w.scales, a.zeros = w.zeros, a.perm = w.perm;
-    a.G = w.G, a.gs = w.group_size, a.NP = w.NT * 16;
-    const bool asym = w.zeros != nullptr;
-    switch (w.scale_dtype) {
-        case DType::F16:
-            asym ? launch_mt<false, true, __half>(a, ws, forced, s) : launch_mt<false, false, __half>(a, ws, forced, s);
-            break;
-        case DType::BF16:
-            asym ? launch_mt<false, true, __nv_bfloat16>(a, ws, forced, s)
-                 : launch_mt<false, false, __nv_bfloat16>(a, ws, forced, s);
-            break;
-        case DType::F32:
-            asym ? launch_mt<false, true, float>(a, ws, forced, s) : launch_mt<false, false, float>(a, ws, forced, s);
-            break;
-        default: throw Error("cuda qmm_int4: scales must be F16, BF16 or F32");
-    }
+    if (!qmm_prepare("qmm_int4", w.N, w.K, w.NT, w.KC, w.G, w.group_size, w.perm, x, y, ws, s, a)) return;
+    a.words = w.words, a.scales = w.scales, a.zeros = w.zeros;
+    a.NP = static_cast<int>(w.NT * 16);
+    a.sdt = dt_code(w.scale_dtype, "qmm_int4", "scales");
+    a.ssz = w.scale_dtype == DType::F32 ? 4 : 2;
+    w.zeros != nullptr ? launch_gk<false, true>(a, ws, forced, s) : launch_gk<false, false>(a, ws, forced, s);
     check_launch("qmm_int4");
 }
 
 void qmm_fp8(const Fp8Dev& w, const Tensor& x, Tensor& y, const QmmWorkspace& ws, cudaStream_t s, int forced) {
     qmm::Args a{};
-    if (!qmm_prepare("qmm_fp8", true, w.N, w.K, w.NT, w.KC, x, y, ws, a)) return;
-    a.words = w.words, a.scales = w.scales, a.zeros = nullptr, a.perm = nullptr;
-    a.G = w.SG, a.gs = w.bk, a.bn = w.bn, a.SG = w.SG;
-    launch_mt<true, false, float>(a, ws, forced, s);
+    if (!qmm_prepare("qmm_fp8", w.N, w.K, w.NT, w.KC, w.SG, w.bk, nullptr, x, y, ws, s, a)) return;
+    a.words = w.words, a.scales = w.scales, a.zeros = nullptr;
+    a.bn = static_cast<int>(w.bn), a.SG = static_cast<int>(w.SG);
+    a.sdt = kF32, a.ssz = 4;
+    launch_gk<true, false>(a, ws, forced, s);
     check_launch("qmm_fp8");
 }
 

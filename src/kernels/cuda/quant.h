@@ -45,6 +45,9 @@ struct QmmWorkspace {
 };
 // What a weight of [N, K] needs, for any M up to kQmmMaxM (so one reservation at load time covers every step).
 void qmm_workspace_need(int64_t N, int64_t K, size_t* partial_bytes, int* n_counters);
+// Whether qmm_* take this scale grid (groups of 16, 32 or a multiple of 64 channels, or one group); other group
+// sizes run every M through dequant_* and a GEMM.
+bool qmm_supported(int64_t group_size, int64_t G);
 
 // x [M, K] BF16 or F32; y [M, N] BF16 or F32. `blocks` > 0 forces the grid size (tests use it to exercise
 // column blocks split between many grid blocks), else one full wave of resident blocks.

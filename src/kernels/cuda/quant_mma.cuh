@@ -1,33 +1,37 @@
 // The quantized-weight x activation kernel for M = 1..16 rows, instantiated by qmm.cu.
 //
-// Shape of the work: the weight is the mma A operand (16 output features x 16 channels per tile, see
-// quant/repack.h for the fragment-ordered layout), the activations the B operand (16 channels x 8 tokens;
-// two token tiles for M > 8). Decode is weight-bandwidth-bound, so everything is arranged around streaming the
-// packed weight once at full speed:
-//   * block = 4 warps x 4 n-tiles = 256 output features ("column block"); the work is the list of
-//     (column block, batch of U chunks of 64 channels) in column-block-major order, and it is cut into as many
-//     equal contiguous ranges as blocks fit on the GPU at once (stream-K): one wave, every SM equally loaded
-//     whatever N and K are. A column block whose batches fall to one grid block is written directly; one
-//     split between grid blocks is summed from their partials;
-//   * each lane issues its first 16-byte no-L1-allocate weight loads (U chunks x 4 n-tiles) before anything
-//     else, and from then on keeps the next batch in flight while it computes on the current one;
-//   * the block stages its K range of x (the M rows, BF16, act-order gather applied) in shared memory once;
-//     rows are padded by 16 bytes so the B-fragment loads of the 8 token rows hit different banks; fragment
-//     rows past M read as zeros without touching shared memory;
-//   * indices in the hot loop are 32-bit and group boundaries are tracked incrementally (no divisions);
-//   * dequant in registers: INT4 nibbles become BF16 128 + q with one LOP3 (the 0x4300 exponent trick) and
-//     then q - z with one HSUB2, exact; FP8 E4M3 bytes are moved into BF16 bit positions and multiplied by
-//     2^120 (exact, subnormals included). The group scale is applied in fp32 to the mma result of each group,
-//     so y = sum_g s_g * sum_k (q - z) x exactly as the format defines W, with fp32 accumulation;
-//   * partials go to a workspace ([grid block][first / last segment][M][256]); the last grid block to arrive for
+// Decode is weight-bandwidth-bound: everything is arranged so the packed weight streams from HBM once, at the
+// copy rate, with as few instructions per weight byte as the dequant allows (the kernel is issue-bound long
+// before it is tensor-bound: ~12 instructions per 32-bit word of 8 INT4 weights is the floor, see below).
+//   * The weight is the mma A operand (16 output features x 16 channels per k-tile, quant/repack.h for the
+//     fragment-ordered layout), the activations the B operand (16 channels x 8 tokens; two token tiles for
+//     M > 8).
+//   * block = 4 warps x 4 n-tiles = 256 output features ("column block"). The work is the list of (column
+//     block, 64-channel chunk) steps in column-block-major order, cut into as many equal contiguous ranges as
+//     blocks fit on the GPU (stream-K): one wave, every SM equally loaded whatever N and K are. A column block
+//     whose chunks all fall to one grid block is written directly; one split between grid blocks is summed from
+//     their partials.
+//   * Every warp is its own pipeline: per chunk it copies with cp.async, S - 1 chunks ahead of its math, its
+//     weights (16 bytes per lane per n-tile), the chunk of x (M rows, BF16) and the scales / zero points of its
+//     64 rows for the chunk's group(s) into a ring of shared-memory stages. Loads in flight hold no registers,
+//     nothing waits on another warp (no barrier in the main loop), and a lane only ever waits for its own
+//     copies (cp.async.wait_group, then __syncwarp for the x / scale pieces other lanes copied).
+//   * Dequant in registers: INT4 nibbles become BF16 128 + q with one LOP3 (the 0x4300 exponent trick) and then
+//     q - z with one HSUB2, exact; FP8 E4M3 bytes are moved into BF16 bit positions and multiplied by 2^120
+//     (exact, subnormals included). The group scale is applied in fp32 to the mma result of each group, so
+//     y = sum_g s_g * sum_k (q - z) x exactly as the format defines W, with fp32 accumulation.
+//   * Scale groups: GK = 0 when groups are whole chunks (a multiple of 64 channels, or one group: the group
+//     ends are counted in chunks), GK = 1 / 2 for groups of 16 / 32 channels (flushed at fixed k-tiles). Other
+//     group sizes take the dequant path (qmm_supported).
+//   * Partials go to a workspace ([grid block][first / last segment][M][256]); the last grid block to arrive for
 //     a column block (atomic counter) sums them in grid-block order (deterministic) and writes y, then resets
 //     the counter for the next launch.
 #pragma once
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/quant.h"
 
-// Blocks per SM the register allocation must allow: 3 for one token tile (~160 registers, no spills), 2 for
-// two (the accumulators double). GRIMOIRE_QMM_MIN_BLOCKS overrides both (benchmark variants).
+// Blocks per SM the register allocation must allow (128 registers a thread at 4). GRIMOIRE_QMM_MIN_BLOCKS
+// overrides it (benchmark variants).
 #ifndef GRIMOIRE_QMM_MIN_BLOCKS
 #define GRIMOIRE_QMM_MIN_BLOCKS 0
 #endif
@@ -36,44 +40,61 @@ namespace grimoire::cuda::qmm {
 
 constexpr int kWarps = 4;
 constexpr int kNtPerWarp = 4;  // n-tiles per warp: shares each B fragment and the per-k-tile bookkeeping
-constexpr int kNtPerBlock = kWarps * kNtPerWarp;  // 256 output features
+constexpr int kNtPerBlock = kWarps * kNtPerWarp;  // 16 n-tiles = 256 output features
 constexpr int kThreads = 32 * kWarps;
-constexpr int kSmemBytes = 40 * 1024;
-constexpr int kXPad = 8;  // bf16 elements of padding per staged x row
 constexpr int kColBlock = kNtPerBlock * 16;
-
-// Chunks per batch (chunks in flight per lane; two batches are in flight).
-#ifndef GRIMOIRE_QMM_INT4_CHUNKS
-#define GRIMOIRE_QMM_INT4_CHUNKS 2
-#endif
-constexpr int batch_chunks(bool fp8) { return fp8 ? 1 : GRIMOIRE_QMM_INT4_CHUNKS; }
-// Batches whose x (M rows) fits the staging buffer at once.
-constexpr int max_batches(int M, bool fp8) { return (kSmemBytes / (M * 2) - kXPad) / (64 * batch_chunks(fp8)); }
+constexpr int kXRow = 144;  // bytes per staged x row (128 + 16: the 8 token rows' B loads hit distinct banks)
+constexpr int stages(bool fp8) { return fp8 ? 4 : 5; }
+constexpr int vec(bool fp8) { return fp8 ? 2 : 1; }  // uint4 per lane per n-tile per chunk
+constexpr int kSlotTable = 256;                        // partial slots kept in shared memory for the reduction
 
 struct Args {
-    const uint32_t* words;
-    const void* scales;    // INT4: [G][NP] of ST; FP8: f32 [SN][SG]
-    const uint8_t* zeros;  // INT4 asymmetric: [G][NP]
-    const int32_t* perm;   // [K] or null
-    const void* x;
-    int xdt;
+    const uint32_t* words;  // INT4 [NT][KC][32][4], FP8 [NT][KC][32][8]
+    const void* scales;     // INT4: [G][NP] of sdt; FP8: f32 [SN][SG]
+    int sdt;                // INT4 scale dtype code (kF16, kBF16, kF32)
+    const uint8_t* zeros;   // INT4 asymmetric: [G][NP]
+    const uint16_t* x;      // [M][ldx] BF16 (act-order gather / conversion already applied)
+    int ldx;                // x row stride: K rounded up to 8
     void* y;
     int ydt;
     float* partials;  // [gridDim.x][2][M][kColBlock]
     int* counters;    // [column blocks]
-    int64_t N, K, NT, KC, G, gs;  // gs: channels per scale group along K
-    int64_t NP;                   // INT4: padded N (scale row stride)
-    int64_t bn, SG;               // FP8 scale grid
+    int N, K, NT, KC, G, gs;  // gs: channels per scale group along K (K for one group)
+    int NP;                   // INT4: padded N (scale row stride)
+    int bn, SG;               // FP8 scale grid
     int M;
-    int BPN, W;                   // batches per column block, total batches (column blocks x BPN)
+    int W;                    // steps: column blocks x KC
+    int gpc;                  // scale groups per chunk (1, or 64 / gs for small groups)
+    int ssz;                  // bytes per scale (2 or 4)
+    int xoff, soff, zoff, stage;  // byte offsets in one ring stage, and its size
 };
 
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
+// Ring stage layout of one launch (Args::xoff..stage); returns the shared memory the block needs.
+inline size_t plan_stage(Args& a, bool fp8, bool asym) {
+    a.xoff = vec(fp8) * kNtPerWarp * 32 * 16;
+    a.soff = a.xoff + a.M * kXRow;
+    a.zoff = a.soff + a.gpc * 64 * a.ssz;
+    a.stage = (a.zoff + (asym ? a.gpc * 64 : 0) + 15) / 16 * 16;
+    return static_cast<size_t>(kWarps) * stages(fp8) * a.stage;
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
+}
+// 16 bytes, or zeros when !full (src must still be a valid address).
+__device__ __forceinline__ void cp_async16z(void* smem, const void* gmem, bool full) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(full ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
 __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -125,31 +146,10 @@ __device__ __forceinline__ float load_scale<float>(const void* p, int64_t i) {
     return static_cast<const float*>(p)[i];
 }
 
-// Loads batch w (chunks [bi * U, bi * U + U) of column block nb) of the warp's two n-tiles; zeros past KC, past
-// the last n-tile or past the block's range.
-template <int U, int VEC>
-__device__ __forceinline__ void load_batch(uint4 (&wr)[U][kNtPerWarp][VEC], const Args& a, int w, int w_end,
-                                           int warp, int lane) {
-    const int nb = w / a.BPN, c = (w - nb * a.BPN) * U, KC = static_cast<int>(a.KC);
-    const int64_t nt0 = static_cast<int64_t>(nb) * kNtPerBlock + warp * kNtPerWarp;
-    const uint4* wbase = reinterpret_cast<const uint4*>(a.words);
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int j = 0; j < kNtPerWarp; ++j)
-#pragma unroll
-            for (int v = 0; v < VEC; ++v) {
-                if (w < w_end && c + u < KC && nt0 + j < a.NT)
-                    wr[u][j][v] = ld_stream(wbase + (((nt0 + j) * KC + c + u) * 32 + lane) * VEC + v);
-                else
-                    wr[u][j][v] = make_uint4(0, 0, 0, 0);
-            }
-}
-
 __device__ __forceinline__ int range_start(int b, int W, int B) {
     return static_cast<int>(static_cast<int64_t>(b) * W / B);
 }
-// The grid block whose range holds batch w.
+// The grid block whose range holds step w.
 __device__ __forceinline__ int block_of(int w, int W, int B) {
     int b = static_cast<int>(static_cast<int64_t>(w) * B / W);
     while (b + 1 < B && range_start(b + 1, W, B) <= w) ++b;
@@ -157,81 +157,128 @@ __device__ __forceinline__ int block_of(int w, int W, int B) {
     return b;
 }
 
-// Stages x[0..M) x channels [k0, k1) as BF16 at xs (zeros past K).
-__device__ __forceinline__ void stage_x(const Args& a, uint16_t* xs, int ldx, int64_t k0, int64_t k1) {
-    const int len = static_cast<int>(k1 - k0);
-    if (a.xdt == kBF16 && a.perm == nullptr && (a.K & 7) == 0 && (reinterpret_cast<uintptr_t>(a.x) & 15) == 0) {
-        const int vecs = len / 8, total = a.M * vecs;
-        const uint16_t* x = static_cast<const uint16_t*>(a.x);
-        for (int i0 = threadIdx.x; i0 < total; i0 += 4 * kThreads) {
-            uint4 v[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {  // four independent loads in flight per thread
-                const int i = i0 + q * kThreads;
-                v[q] = make_uint4(0, 0, 0, 0);
-                if (i < total) {
-                    const int r = i / vecs;
-                    const int64_t k = k0 + (i - r * vecs) * 8;
-                    if (k < a.K) v[q] = *reinterpret_cast<const uint4*>(x + r * a.K + k);
-                }
-            }
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int i = i0 + q * kThreads;
-                if (i < total) {
-                    const int r = i / vecs;
-                    *reinterpret_cast<uint4*>(&xs[r * ldx + (i - r * vecs) * 8]) = v[q];
-                }
-            }
-        }
-    } else {
-        const int half = len / 2;
-        for (int i = threadIdx.x; i < a.M * half; i += kThreads) {
-            const int r = i / half, kk = (i - r * half) * 2;
-            const int64_t k = k0 + kk;
-            float v0 = 0.0f, v1 = 0.0f;
-            if (k < a.K) v0 = ld(a.x, a.xdt, r * a.K + (a.perm ? a.perm[k] : k));
-            if (k + 1 < a.K) v1 = ld(a.x, a.xdt, r * a.K + (a.perm ? a.perm[k + 1] : k + 1));
-            *reinterpret_cast<__nv_bfloat162*>(&xs[r * ldx + kk]) = __floats2bfloat162_rn(v0, v1);
-        }
-    }
-}
 
-// FP8 = true: 2 uint4 per lane per chunk; INT4: 1.
-template <bool FP8, int MT, bool ASYM, class ST>
-__global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOIRE_QMM_MIN_BLOCKS : (MT == 1 ? 3 : 2))
+// GK: 0 when scale groups are whole chunks (group ends counted in chunks), 1 / 2 for groups of 16 / 32 channels.
+template <bool FP8, int MT, bool ASYM, int GK>
+__global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOIRE_QMM_MIN_BLOCKS : MT == 1 ? 4 : 3)
     qmm_kernel(const Args a) {
-    constexpr int VEC = FP8 ? 2 : 1;
-    constexpr int U = batch_chunks(FP8);
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    uint16_t* xs = reinterpret_cast<uint16_t*>(smem_raw);  // [M][staged channels + kXPad] bf16 bits
+    constexpr int VEC = vec(FP8);
+    constexpr int S = stages(FP8);
+    extern __shared__ __align__(16) uint4 smem_u4[];
     __shared__ int last_block;
+    __shared__ int slot_table[kSlotTable];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int B = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
     const int w0 = range_start(b, a.W, B), w1 = range_start(b + 1, a.W, B);
-    const int KC = static_cast<int>(a.KC);
-    const int maxb = max_batches(a.M, FP8);
-    const int ldx = maxb * U * 64 + kXPad;
-    const int gs = static_cast<int>(a.gs < (1 << 30) ? a.gs : (1 << 30));
-    const int G = static_cast<int>(a.G);
+    const int KC = a.KC;
+    const int cpg = a.G <= 1 ? KC : max(1, a.gs / 64);  // GK = 0: chunks per scale group
+    char* ring = reinterpret_cast<char*>(smem_u4) + warp * S * a.stage;  // this warp's S stages
+
+    // ---- issue side: step iw (column block icb, chunk ic) goes to stage islot, S - 1 steps ahead of the math.
+    const uint4* wbase = reinterpret_cast<const uint4*>(a.words);
+    const uint4* src[kNtPerWarp];
+    int iw = w0, icb = w0 / KC, ic = w0 - icb * KC, islot = 0;
+    int n0w = 0, ig = 0, irem = 0;  // first row of the warp; first scale group of chunk ic; chunks left in it
+    int frow[2] = {0, 0};           // FP8: scale row offsets of rows lane, lane + 32
+    auto point = [&]() {            // pointers for chunk ic of column block icb
+        n0w = (icb * kNtPerBlock + warp * kNtPerWarp) * 16;
+#pragma unroll
+        for (int j = 0; j < kNtPerWarp; ++j) {
+            const int nt = min(icb * kNtPerBlock + warp * kNtPerWarp + j, a.NT - 1);  // past N: read, never stored
+            src[j] = wbase + ((static_cast<int64_t>(nt) * KC + ic) * 32 + lane) * VEC;
+        }
+        if constexpr (GK == 0) {
+            ig = a.G <= 1 ? 0 : ic / cpg;
+            irem = cpg - ic % cpg;
+        } else {
+            ig = ic * a.gpc;
+        }
+        if constexpr (FP8) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) frow[h] = (min(n0w + lane + 32 * h, a.N - 1) / a.bn) * a.SG;
+        }
+    };
+    point();
+    auto issue = [&]() {
+        if (iw < w1) {
+            char* st = ring + islot * a.stage;
+#pragma unroll
+            for (int j = 0; j < kNtPerWarp; ++j)
+#pragma unroll
+                for (int v = 0; v < VEC; ++v) cp_async16(st + ((j * VEC + v) * 32 + lane) * 16, src[j] + v);
+#pragma unroll
+            for (int r = 0; r < (MT * 8 * 8 + 31) / 32; ++r) {  // x: M rows x 8 pieces of 16 bytes
+                const int i = lane + 32 * r;
+                if (i < a.M * 8) {
+                    const int row = i >> 3, k = ic * 64 + (i & 7) * 8;
+                    const bool full = k < a.ldx;
+                    cp_async16z(st + a.xoff + row * kXRow + (i & 7) * 16, a.x + row * a.ldx + (full ? k : 0), full);
+                }
+            }
+            if constexpr (FP8) {
+                const float* sc = static_cast<const float*>(a.scales);
+                for (int grp = 0; grp < a.gpc; ++grp) {
+                    const int gi = min(ig + grp, a.G - 1);
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) cp_async4(st + a.soff + (grp * 64 + lane + 32 * h) * 4, sc + frow[h] + gi);
+                }
+            } else {
+                const int lg = a.ssz == 2 ? 3 : 4;  // log2 of the 16-byte pieces per group (64 rows)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int p = lane + 32 * r;
+                    if (p < (a.gpc << lg)) {
+                        const int grp = p >> lg, r0 = (p & ((1 << lg) - 1)) * (16 / a.ssz);
+                        const int gi = min(ig + grp, a.G - 1), row = n0w + r0;
+                        const bool full = row < a.NP;
+                        const char* s0 = static_cast<const char*>(a.scales);
+                        cp_async16z(st + a.soff + (grp * 64 + r0) * a.ssz,
+                                    s0 + (static_cast<int64_t>(gi) * a.NP + (full ? row : 0)) * a.ssz, full);
+                    }
+                }
+                if constexpr (ASYM) {
+                    if (lane < a.gpc * 4) {
+                        const int grp = lane >> 2, r0 = (lane & 3) * 16;
+                        const int gi = min(ig + grp, a.G - 1), row = n0w + r0;
+                        const bool full = row < a.NP;
+                        cp_async16z(st + a.zoff + grp * 64 + r0,
+                                    a.zeros + static_cast<int64_t>(gi) * a.NP + (full ? row : 0), full);
+                    }
+                }
+            }
+            ++iw;
+            if (++ic == KC) {
+                ic = 0;
+                ++icb;
+                if (iw < w1) point();
+            } else {
+#pragma unroll
+                for (int j = 0; j < kNtPerWarp; ++j) src[j] += 32 * VEC;
+                if constexpr (GK == 0) {
+                    if (--irem == 0) ++ig, irem = cpg;
+                } else {
+                    ig += a.gpc;
+                }
+            }
+        }
+        cp_async_commit();  // an empty group past the range keeps the wait count uniform
+        islot = islot + 1 == S ? 0 : islot + 1;
+    };
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) issue();
+
     bool row_ok[MT];
 #pragma unroll
     for (int m = 0; m < MT; ++m) row_ok[m] = m * 8 + g < a.M;
 
-    // The first weight batch goes out before anything else: HBM streaming starts while x is staged.
-    uint4 wr[U][kNtPerWarp][VEC];
-    load_batch<U, VEC>(wr, a, w0, w1, warp, lane);
-
+    int cslot = 0;  // ring stage of step w
     int w = w0;
     while (w < w1) {
-        const int nb = w / a.BPN;
-        const int seg_begin = w, seg_end = min(w1, (nb + 1) * a.BPN);
-        const int64_t nt0 = static_cast<int64_t>(nb) * kNtPerBlock + warp * kNtPerWarp;
-        bool valid[kNtPerWarp];
-#pragma unroll
-        for (int j = 0; j < kNtPerWarp; ++j) valid[j] = nt0 + j < a.NT;
+        const int nb = w / KC;
+        const int seg_begin = w, seg_end = min(w1, (nb + 1) * KC);
+        const int nt0 = nb * kNtPerBlock + warp * kNtPerWarp;
 
         float acc[kNtPerWarp][MT][4], cur[kNtPerWarp][MT][4];
 #pragma unroll
@@ -240,166 +287,169 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
             for (int m = 0; m < MT; ++m)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[j][m][e] = cur[j][m][e] = 0.0f;
-        // Current scale group (rows g and g + 8 of each n-tile; INT4 asym: BF16x2 of 128 + z), tracked by its
-        // end channel so the hot loop has no division.
-        int grp = -1, grp_end = 0;
-        float s_lo[kNtPerWarp], s_hi[kNtPerWarp];
-        uint32_t z_lo[kNtPerWarp], z_hi[kNtPerWarp];
-#pragma unroll
-        for (int j = 0; j < kNtPerWarp; ++j) s_lo[j] = s_hi[j] = 0.0f, z_lo[j] = z_hi[j] = 0x43084308u;  // 128+8
 
-        auto flush = [&]() {
+        int c = w - nb * KC;
+        int rem = cpg - c % cpg;  // GK = 0: chunks left in the current scale group
+
+        for (; w < seg_end; ++w, ++c) {
+            issue();
+            cp_async_wait<S - 1>();  // this lane's copies of step w have landed
+            __syncwarp();            // and so have the x / scale pieces the other lanes copied
+            const char* st = ring + cslot * a.stage;
+            cslot = cslot + 1 == S ? 0 : cslot + 1;
+
+            uint4 q[kNtPerWarp][VEC];
 #pragma unroll
             for (int j = 0; j < kNtPerWarp; ++j)
 #pragma unroll
-                for (int m = 0; m < MT; ++m) {
-                    acc[j][m][0] += cur[j][m][0] * s_lo[j];
-                    acc[j][m][1] += cur[j][m][1] * s_lo[j];
-                    acc[j][m][2] += cur[j][m][2] * s_hi[j];
-                    acc[j][m][3] += cur[j][m][3] * s_hi[j];
-                    cur[j][m][0] = cur[j][m][1] = cur[j][m][2] = cur[j][m][3] = 0.0f;
-                }
-        };
-        auto load_group = [&](int gi) {
+                for (int v = 0; v < VEC; ++v)
+                    q[j][v] = *reinterpret_cast<const uint4*>(st + ((j * VEC + v) * 32 + lane) * 16);
+
+            // Scale group grp of this chunk: the fp32 scales of rows g and g + 8 of n-tile j.
+            auto scale_of = [&](int grp, int row) -> float {
+                const char* p = st + a.soff + (grp * 64 + row) * a.ssz;
+                if (FP8 || a.sdt == kF32) return *reinterpret_cast<const float*>(p);
+                const uint16_t h = *reinterpret_cast<const uint16_t*>(p);
+                return a.sdt == kF16 ? __half2float(__ushort_as_half(h)) : __uint_as_float(static_cast<uint32_t>(h) << 16);
+            };
+            auto flush = [&](int grp) {
 #pragma unroll
-            for (int j = 0; j < kNtPerWarp; ++j) {
-                if (!valid[j]) continue;
-                const int n = static_cast<int>((nt0 + j) * 16) + g;
-                if constexpr (FP8) {
-                    const int N = static_cast<int>(a.N), bn = static_cast<int>(a.bn), SG = static_cast<int>(a.SG);
-                    const int nlo = min(n, N - 1), nhi = min(n + 8, N - 1);
-                    s_lo[j] = static_cast<const float*>(a.scales)[(nlo / bn) * SG + gi];
-                    s_hi[j] = static_cast<const float*>(a.scales)[(nhi / bn) * SG + gi];
-                } else {
-                    const int64_t row = static_cast<int64_t>(gi) * a.NP + n;
-                    s_lo[j] = load_scale<ST>(a.scales, row);
-                    s_hi[j] = load_scale<ST>(a.scales, row + 8);
-                    if constexpr (ASYM) {
-                        const uint32_t zl = 0x4300u + a.zeros[row], zh = 0x4300u + a.zeros[row + 8];
-                        z_lo[j] = zl | (zl << 16);
-                        z_hi[j] = zh | (zh << 16);
+                for (int j = 0; j < kNtPerWarp; ++j) {
+                    const float s_lo = scale_of(grp, j * 16 + g), s_hi = scale_of(grp, j * 16 + g + 8);
+#pragma unroll
+                    for (int m = 0; m < MT; ++m) {
+                        acc[j][m][0] += cur[j][m][0] * s_lo;
+                        acc[j][m][1] += cur[j][m][1] * s_lo;
+                        acc[j][m][2] += cur[j][m][2] * s_hi;
+                        acc[j][m][3] += cur[j][m][3] * s_hi;
+                        cur[j][m][0] = cur[j][m][1] = cur[j][m][2] = cur[j][m][3] = 0.0f;
                     }
+                }
+            };
+            uint2 zp[kNtPerWarp];  // BF16x2 of 128 + z for rows g (x) and g + 8 (y)
+            auto load_zeros = [&](int grp) {
+#pragma unroll
+                for (int j = 0; j < kNtPerWarp; ++j) {
+                    if constexpr (ASYM) {
+                        const uint8_t* zr = reinterpret_cast<const uint8_t*>(st + a.zoff + grp * 64 + j * 16 + g);
+                        zp[j] = make_uint2((0x4300u + zr[0]) * 0x10001u, (0x4300u + zr[8]) * 0x10001u);
+                    } else {
+                        zp[j] = make_uint2(0x43084308u, 0x43084308u);
+                    }
+                }
+            };
+            load_zeros(0);
+
+#pragma unroll
+            for (int kt = 0; kt < 4; ++kt) {
+                if constexpr (GK > 0 && ASYM) {
+                    if (kt > 0 && kt % GK == 0) load_zeros(kt / GK);
+                }
+                uint32_t b0[MT], b1[MT];
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
+                    b0[m] = b1[m] = 0u;
+                    if (row_ok[m]) {
+                        const char* xr = st + a.xoff + (m * 8 + g) * kXRow + (kt * 16 + 2 * t) * 2;
+                        b0[m] = *reinterpret_cast<const uint32_t*>(xr);
+                        b1[m] = *reinterpret_cast<const uint32_t*>(xr + 16);
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < kNtPerWarp; ++j) {
+                    uint32_t a0, a1, a2, a3;
+                    if constexpr (FP8) {
+                        const uint4& qq = q[j][kt >> 1];
+                        const uint32_t w0x = (kt & 1) ? qq.z : qq.x, w1x = (kt & 1) ? qq.w : qq.y;
+                        a0 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w0x), kBf16x2Pow120);
+                        a1 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w0x >> 8), kBf16x2Pow120);
+                        a2 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w1x), kBf16x2Pow120);
+                        a3 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w1x >> 8), kBf16x2Pow120);
+                    } else {
+                        const uint4& qq = q[j][0];
+                        const uint32_t wd = kt == 0 ? qq.x : kt == 1 ? qq.y : kt == 2 ? qq.z : qq.w;
+                        a0 = bf16x2_sub(and_or(wd, 0x000F000Fu, 0x43004300u), zp[j].x);
+                        a1 = bf16x2_sub(and_or(wd >> 4, 0x000F000Fu, 0x43004300u), zp[j].y);
+                        a2 = bf16x2_sub(and_or(wd >> 8, 0x000F000Fu, 0x43004300u), zp[j].x);
+                        a3 = bf16x2_sub(and_or(wd >> 12, 0x000F000Fu, 0x43004300u), zp[j].y);
+                    }
+#pragma unroll
+                    for (int m = 0; m < MT; ++m) mma_bf16(cur[j][m], a0, a1, a2, a3, b0[m], b1[m]);
+                }
+                if constexpr (GK > 0) {
+                    if ((kt + 1) % GK == 0) flush(kt / GK);
                 }
             }
-        };
-
-        while (w < seg_end) {
-            // Stage x for the next run of batches of this column block.
-            const int sub_end = min(seg_end, w + maxb);
-            const int c_first = (w - nb * a.BPN) * U;
-            const int64_t k0 = static_cast<int64_t>(c_first) * 64;
-            const int64_t k1 = static_cast<int64_t>(min(KC, (sub_end - nb * a.BPN) * U)) * 64;
-            __syncthreads();  // every warp is done with the previous staging
-            stage_x(a, xs, ldx, k0, k1);
-            __syncthreads();
-            for (; w < sub_end; ++w) {
-                uint4 nx[U][kNtPerWarp][VEC];
-                load_batch<U, VEC>(nx, a, w + 1, w1, warp, lane);
-
-                const int c = (w - nb * a.BPN) * U;
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    if (c + u >= KC) break;
-#pragma unroll
-                    for (int kt = 0; kt < 4; ++kt) {
-                        const int kg = (c + u) * 64 + kt * 16;
-                        if (kg >= grp_end) {
-                            if (grp >= 0) flush();
-                            grp = min(kg / gs, G - 1);
-                            grp_end = grp == G - 1 ? (1 << 30) : (grp + 1) * gs;
-                            load_group(grp);
-                        }
-                        const int kl = kg - c_first * 64;
-                        uint32_t bf[MT][2];
-#pragma unroll
-                        for (int m = 0; m < MT; ++m) {
-                            if (row_ok[m]) {
-                                const uint16_t* row = xs + (m * 8 + g) * ldx + kl + 2 * t;
-                                bf[m][0] = *reinterpret_cast<const uint32_t*>(row);
-                                bf[m][1] = *reinterpret_cast<const uint32_t*>(row + 8);
-                            } else {
-                                bf[m][0] = bf[m][1] = 0u;
-                            }
-                        }
-#pragma unroll
-                        for (int j = 0; j < kNtPerWarp; ++j) {
-                            uint32_t a0, a1, a2, a3;
-                            if constexpr (FP8) {
-                                const uint4& q = wr[u][j][kt >> 1];
-                                const uint32_t w0x = (kt & 1) ? q.z : q.x, w1x = (kt & 1) ? q.w : q.y;
-                                a0 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w0x), kBf16x2Pow120);
-                                a1 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w0x >> 8), kBf16x2Pow120);
-                                a2 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w1x), kBf16x2Pow120);
-                                a3 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w1x >> 8), kBf16x2Pow120);
-                            } else {
-                                const uint4& q = wr[u][j][0];
-                                const uint32_t wd = kt == 0 ? q.x : kt == 1 ? q.y : kt == 2 ? q.z : q.w;
-                                a0 = bf16x2_sub(and_or(wd, 0x000F000Fu, 0x43004300u), z_lo[j]);
-                                a1 = bf16x2_sub(and_or(wd >> 4, 0x000F000Fu, 0x43004300u), z_hi[j]);
-                                a2 = bf16x2_sub(and_or(wd >> 8, 0x000F000Fu, 0x43004300u), z_lo[j]);
-                                a3 = bf16x2_sub(and_or(wd >> 12, 0x000F000Fu, 0x43004300u), z_hi[j]);
-                            }
-#pragma unroll
-                            for (int m = 0; m < MT; ++m) mma_bf16(cur[j][m], a0, a1, a2, a3, bf[m][0], bf[m][1]);
-                        }
-                    }
+            if constexpr (GK == 0) {
+                if (--rem == 0 || w + 1 == seg_end) {  // group end, or the segment ends inside the group
+                    flush(0);
+                    rem = cpg;
                 }
-#pragma unroll
-                for (int u = 0; u < U; ++u)
-#pragma unroll
-                    for (int j = 0; j < kNtPerWarp; ++j)
-#pragma unroll
-                        for (int v = 0; v < VEC; ++v) wr[u][j][v] = nx[u][j][v];
             }
         }
-        if (grp >= 0) flush();
 
         // ---- this column block: written directly when this grid block did all of it, else a partial.
-        const bool whole = seg_begin == nb * a.BPN && seg_end == (nb + 1) * a.BPN;
-        const int slot = seg_begin == w0 ? 0 : 1;
-        float* part = a.partials + (static_cast<int64_t>(b) * 2 + slot) * a.M * kColBlock;
+        const bool whole = seg_begin == nb * KC && seg_end == (nb + 1) * KC;
+        const int pslot = seg_begin == w0 ? 0 : 1;
+        float* part = a.partials + (static_cast<int64_t>(b) * 2 + pslot) * a.M * kColBlock;
 #pragma unroll
         for (int j = 0; j < kNtPerWarp; ++j) {
-            if (!valid[j]) continue;
+            if (nt0 + j >= a.NT) continue;
 #pragma unroll
             for (int m = 0; m < MT; ++m)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int nl = (warp * kNtPerWarp + j) * 16 + g + (e >> 1) * 8;  // within the column block
-                    const int64_t n = static_cast<int64_t>(nb) * kColBlock + nl;
+                    const int n = nb * kColBlock + nl;
                     const int tok = m * 8 + 2 * t + (e & 1);
                     if (n >= a.N || tok >= a.M) continue;
-                    if (whole) st(a.y, a.ydt, tok * a.N + n, acc[j][m][e]);
+                    if (whole) st(a.y, a.ydt, static_cast<int64_t>(tok) * a.N + n, acc[j][m][e]);
                     else part[tok * kColBlock + nl] = acc[j][m][e];
                 }
         }
         if (whole) continue;
         __threadfence();
         __syncthreads();
-        const int bf = block_of(nb * a.BPN, a.W, B), bl = block_of((nb + 1) * a.BPN - 1, a.W, B);
+        const int bf = block_of(nb * KC, a.W, B), bl = block_of((nb + 1) * KC - 1, a.W, B);
         if (threadIdx.x == 0) last_block = atomicAdd(&a.counters[nb], 1) == bl - bf;
         __syncthreads();
         if (!last_block) continue;
         __threadfence();
-        // Partial slot of each contributing grid block, once (the staging buffer is free until the next
-        // segment's __syncthreads), so the summing loop below is plain independent loads.
-        int* slots = reinterpret_cast<int*>(xs);
+        // The partial slot of each contributing grid block, once, so the summing loop below is independent
+        // 16-byte loads, four parts in flight per thread.
         const int nparts = bl - bf + 1;
-        for (int q = threadIdx.x; q < nparts; q += kThreads)
-            slots[q] = (bf + q) * 2 + (range_start(bf + q, a.W, B) >= nb * a.BPN ? 0 : 1);
+        auto slot_of = [&](int q) { return (bf + q) * 2 + (range_start(bf + q, a.W, B) >= nb * KC ? 0 : 1); };
+        for (int q = threadIdx.x; q < min(nparts, kSlotTable); q += kThreads) slot_table[q] = slot_of(q);
         __syncthreads();
-        const int64_t n0 = static_cast<int64_t>(nb) * kColBlock;
-        for (int i = threadIdx.x; i < a.M * kColBlock; i += kThreads) {
-            const int tok = i / kColBlock, nl = i - tok * kColBlock;
-            if (n0 + nl >= a.N) continue;
-            float sum = 0.0f;
-#pragma unroll 8
-            for (int q = 0; q < nparts; ++q)
-                sum += __ldcg(a.partials + (static_cast<int64_t>(slots[q]) * a.M + tok) * kColBlock + nl);
-            st(a.y, a.ydt, tok * a.N + n0 + nl, sum);
+        const int n0 = nb * kColBlock;
+        const int64_t pstride = static_cast<int64_t>(a.M) * kColBlock;
+        for (int i = threadIdx.x; i < a.M * kColBlock / 4; i += kThreads) {
+            const int tok = (i * 4) / kColBlock, nl = i * 4 - tok * kColBlock;
+            float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            int q = 0;
+            for (; q + 4 <= nparts; q += 4) {
+                float4 v[4];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int sl = q + u < kSlotTable ? slot_table[q + u] : slot_of(q + u);
+                    v[u] = __ldcg(reinterpret_cast<const float4*>(a.partials + sl * pstride + i * 4));
+                }
+#pragma unroll
+                for (int u = 0; u < 4; ++u) sum.x += v[u].x, sum.y += v[u].y, sum.z += v[u].z, sum.w += v[u].w;
+            }
+            for (; q < nparts; ++q) {
+                const int sl = q < kSlotTable ? slot_table[q] : slot_of(q);
+                const float4 v = __ldcg(reinterpret_cast<const float4*>(a.partials + sl * pstride + i * 4));
+                sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+            }
+            const float sv[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (n0 + nl + e < a.N) st(a.y, a.ydt, static_cast<int64_t>(tok) * a.N + n0 + nl + e, sv[e]);
         }
         if (threadIdx.x == 0) a.counters[nb] = 0;
     }
+    cp_async_wait<0>();
 }
 
 int device_sms();  // cached multiprocessor count of the current device
