@@ -9,8 +9,8 @@
 //   S  <- e^gamma_C S + K^T diag(e^(gamma_C - gamma) rk) T' R
 //
 // Kernel 1 (prep), grid (chunk, value head), fully parallel: K K^T and Q K^T on tensor cores, A, P, the
-// triangular inverse by forward substitution in fp32 (one column per thread), PT = P T' in fp32; writes T'
-// and PT to the workspace as hi/lo BF16 pairs plus the row scalars.
+// triangular inverse by forward substitution in fp32 (one column per thread), PT = P T' on tensor cores
+// (hi/lo split); writes T' and PT to the workspace as hi/lo BF16 pairs plus the row scalars.
 // Kernel 2 (scan), grid (value head, 32-column slice of dv), sequential over chunks: the fp32 state slice
 // S [dk, 32] lives in mma accumulators (warp w owns rows 16w..16w+15); per chunk K S and Q S, T' R and PT R,
 // K^T V'' run as m16n8k16 BF16 mma with every fp32 operand (S, R, T', PT, V'') split into hi + lo BF16 (q, k,
@@ -57,16 +57,17 @@ struct ScanSmem {
 };
 static_assert(ScanSmem::kBytes <= 116 * 1024, "two scan blocks must fit one SM");
 
-// Prep kernel shared memory, in bytes.
+// Prep kernel shared memory, in bytes. A (fp32) takes the k tile's place once K K^T is done, which keeps the
+// block at 72 KB (3 per SM).
 struct PrepSmem {
-    static constexpr size_t kK = 0;
-    static constexpr size_t kQ = kK + C * LDK * sizeof(bf16);
-    static constexpr size_t kA = kQ + C * LDK * sizeof(bf16);  // [C][LDF] f32: A, strictly lower
-    static constexpr size_t kP = kA + C * LDF * sizeof(float);  // [C][LDF] f32: P, lower
-    static constexpr size_t kT = kP + C * LDF * sizeof(float);  // [C][LDF] f32: T'
-    static constexpr size_t kRow = kT + C * LDF * sizeof(float);  // beta, gamma, rk, rq [C] each
+    static constexpr size_t kK = 0;                             // [C][LDK] bf16 raw k, then A [C][LDF] f32
+    static constexpr size_t kQ = kK + C * LDK * sizeof(bf16);   // [C][LDK] bf16 raw q
+    static constexpr size_t kP = kQ + C * LDK * sizeof(bf16);   // 2 x [C][LDC] bf16: P hi, lo
+    static constexpr size_t kT = kP + 2 * C * LDC * sizeof(bf16);  // 2 x [C][LDC] bf16: T'^T hi, lo
+    static constexpr size_t kRow = kT + 2 * C * LDC * sizeof(bf16);  // beta, gamma, rk, rq [C] each
     static constexpr size_t kBytes = kRow + 4 * C * sizeof(float);
 };
+static_assert(C * LDF * sizeof(float) <= C * LDK * sizeof(bf16), "A fits where the k tile was");
 
 __device__ __forceinline__ const bf16* bf(const void* p) { return static_cast<const bf16*>(p); }
 }  // namespace
@@ -85,9 +86,11 @@ static __global__ void __launch_bounds__(kThreads) gdn_tc_prep_kernel(GdnParams 
     extern __shared__ __align__(128) unsigned char smraw[];
     bf16* Ks = reinterpret_cast<bf16*>(smraw + PrepSmem::kK);
     bf16* Qs = reinterpret_cast<bf16*>(smraw + PrepSmem::kQ);
-    float* As = reinterpret_cast<float*>(smraw + PrepSmem::kA);
-    float* Ps = reinterpret_cast<float*>(smraw + PrepSmem::kP);
-    float* Ts = reinterpret_cast<float*>(smraw + PrepSmem::kT);
+    float* As = reinterpret_cast<float*>(smraw + PrepSmem::kK);  // after K K^T
+    bf16* Ph = reinterpret_cast<bf16*>(smraw + PrepSmem::kP);
+    bf16* Pl = Ph + C * LDC;
+    bf16* Tth = reinterpret_cast<bf16*>(smraw + PrepSmem::kT);  // T' transposed: [j][i]
+    bf16* Ttl = Tth + C * LDC;
     float* beta = reinterpret_cast<float*>(smraw + PrepSmem::kRow);
     float* gam = beta + C;
     float* rk = gam + C;
@@ -126,9 +129,14 @@ static __global__ void __launch_bounds__(kThreads) gdn_tc_prep_kernel(GdnParams 
         }
     }
     __syncthreads();
-    if (tid == 0) {  // inclusive cumulative sum, in the CPU twin's (sequential) order
-        float run = 0.0f;
-        for (int r = 0; r < C; ++r) gam[r] = run += gam[r];
+    if (tid == 0) {  // inclusive cumulative sum, in the CPU twin's (sequential) order, through registers
+        float g[C];
+#pragma unroll
+        for (int r = 0; r < C; r += 4) *reinterpret_cast<float4*>(g + r) = *reinterpret_cast<const float4*>(gam + r);
+#pragma unroll
+        for (int r = 1; r < C; ++r) g[r] += g[r - 1];
+#pragma unroll
+        for (int r = 0; r < C; r += 4) *reinterpret_cast<float4*>(gam + r) = *reinterpret_cast<const float4*>(g + r);
     }
     __syncthreads();
 
@@ -151,6 +159,7 @@ static __global__ void __launch_bounds__(kThreads) gdn_tc_prep_kernel(GdnParams 
                 }
             }
         }
+        __syncthreads();  // every warp is done with the k tile: A may overwrite it
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
             if (nt > 2 * mt + 1) continue;
@@ -158,12 +167,15 @@ static __global__ void __launch_bounds__(kThreads) gdn_tc_prep_kernel(GdnParams 
             for (int e = 0; e < 4; ++e) {
                 const int i = 16 * mt + (lane >> 2) + (e >> 1) * 8, j = 8 * nt + 2 * (lane & 3) + (e & 1);
                 const float d = j <= i ? expf(gam[i] - gam[j]) : 0.0f;  // exponent <= 0 where taken
-                if (isq) Ps[i * LDF + j] = rq[i] * rk[j] * acc[nt][e] * d;
+                if (isq) split_bf16(rq[i] * rk[j] * acc[nt][e] * d, Ph[i * LDC + j], Pl[i * LDC + j]);
                 else As[i * LDF + j] = j < i ? beta[i] * rk[i] * rk[j] * acc[nt][e] * d : 0.0f;
             }
         }
     }
     __syncthreads();
+
+    unsigned char* rec = ws + (static_cast<size_t>(c) * p.Hv + h) * Rec::kBytes;
+    bf16* planes = reinterpret_cast<bf16*>(rec);  // T' hi, T' lo, PT hi, PT lo, each [C][C]
 
     // T' = (I + A)^-1 diag(beta) by forward substitution, thread j owning column j in registers:
     // t_i = [i == j] - sum_{m<i} A_im t_m (A is unit-lower once I is added; rows i < j come out zero).
@@ -185,21 +197,49 @@ static __global__ void __launch_bounds__(kThreads) gdn_tc_prep_kernel(GdnParams 
             for (int m = i & ~3; m < i; ++m) s0 -= As[i * LDF + m] * t[m];
             t[i] = (s0 + s1) + (s2 + s3);
         }
+        // T' = t beta_j as hi/lo: to the record row-major (coalesced over j) and here transposed, the B
+        // operand of P T'.
         const float bj = beta[j];
 #pragma unroll
-        for (int i = 0; i < C; ++i) Ts[i * LDF + j] = t[i] * bj;
+        for (int i = 0; i < C; ++i) {
+            bf16 hi, lo;
+            split_bf16(t[i] * bj, hi, lo);
+            planes[i * C + j] = hi;
+            planes[C * C + i * C + j] = lo;
+            Tth[j * LDC + i] = hi;
+            Ttl[j * LDC + i] = lo;
+        }
     }
     __syncthreads();
 
-    // PT = P T' (both lower triangular) in fp32; T' and PT leave as hi/lo planes, zeros above the diagonal.
-    unsigned char* rec = ws + (static_cast<size_t>(c) * p.Hv + h) * Rec::kBytes;
-    bf16* planes = reinterpret_cast<bf16*>(rec);
-    for (int e = tid; e < C * C; e += kThreads) {
-        const int i = e / C, j = e % C;
-        float pt = 0.0f;
-        for (int m = j; m <= i; ++m) pt += Ps[i * LDF + m] * Ts[m * LDF + j];
-        split_bf16(Ts[i * LDF + j], planes[e], planes[C * C + e]);
-        split_bf16(pt, planes[2 * C * C + e], planes[3 * C * C + e]);
+    // PT = P T' on tensor cores (both split): warp tile rows 16 mt, columns 32 nh .. + 31; both factors are
+    // lower triangular, so k tiles past mt are zero.
+    {
+        const int mt = warp & 3, nh = warp >> 2;
+        float acc[4][4] = {};
+        for (int ks = 0; ks <= mt; ++ks) {
+            uint32_t ah[4], al[4];
+            frag_a(ah, Ph, LDC, 16 * mt, 16 * ks, lane);
+            frag_a(al, Pl, LDC, 16 * mt, 16 * ks, lane);
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                uint32_t bh[2], bl[2];
+                frag_b(bh, Tth, LDC, 32 * nh + 8 * nt, 16 * ks, lane);
+                frag_b(bl, Ttl, LDC, 32 * nh + 8 * nt, 16 * ks, lane);
+                mma3(acc[nt], ah, al, bh, bl);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                const int i = 16 * mt + (lane >> 2) + (e >> 1) * 8, j = 32 * nh + 8 * nt + 2 * (lane & 3);
+                bf16 h0, l0, h1, l1;
+                split_bf16(acc[nt][e], h0, l0);
+                split_bf16(acc[nt][e + 1], h1, l1);
+                *reinterpret_cast<__nv_bfloat162*>(planes + 2 * C * C + i * C + j) = __halves2bfloat162(h0, h1);
+                *reinterpret_cast<__nv_bfloat162*>(planes + 3 * C * C + i * C + j) = __halves2bfloat162(l0, l1);
+            }
     }
     if (tid < C) {
         float* sc = reinterpret_cast<float*>(rec + Rec::kScal);
@@ -288,7 +328,6 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
     cp_async_commit();
     write_state_operand();
     const int mt = warp & 3, nh = warp >> 2;  // token tile and column half of the [C][BV] products
-    const int nks = static_cast<int>((dk + 15) / 16);
     for (int64_t c = 0; c < nchunks; ++c) {
         cp_async_wait_all();
         __syncthreads();
@@ -296,7 +335,8 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
 
         // Y = K S and O = Q S over dk; then R = V - cK Y (stored transposed, hi/lo) and O *= cQ.
         float y[2][4] = {}, o[2][4] = {};
-        for (int ks = 0; ks < nks; ++ks) {
+#pragma unroll
+        for (int ks = 0; ks < DK / 16; ++ks) {  // columns past dk are zeros in k, q and S
             uint32_t ak[4], aq[4];
             frag_a(ak, Ks, LDK, 16 * mt, 16 * ks, lane);
             frag_a(aq, Qs, LDK, 16 * mt, 16 * ks, lane);
