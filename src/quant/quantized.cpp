@@ -179,8 +179,9 @@ bool int4_symmetric(const Int4Host& h) {
     return std::all_of(h.zeros.begin(), h.zeros.end(), [](int32_t z) { return z == 8; });
 }
 
-// One scale per output row over all of K (per-channel, or per-tensor which is the same scale on every row).
-bool fp8_rowwise(const Fp8Host& h) { return h.bk == h.K && (h.bn == 1 || h.bn >= h.N); }
+// One scale per output row over all of K (per-channel; per-tensor, or one block covering every row, is the same
+// scale on every row).
+bool fp8_rowwise(const Fp8Host& h) { return h.bk >= h.K && (h.bn == 1 || h.bn >= h.N); }
 
 }  // namespace
 

@@ -108,6 +108,16 @@ void add_fp8(std::vector<Entry>& ts, const std::string& p, int64_t N, int64_t K,
     ts.push_back({p + ".weight_scale_inv", "F32", {(N + bn - 1) / bn, (K + bk - 1) / bk}, raw(s)});
 }
 
+// An FP8 E4M3 layer [N, K] with one `weight_scale` per row ([N, 1]) or for the whole tensor ([1]).
+void add_fp8_rowwise(std::vector<Entry>& ts, const std::string& p, int64_t N, int64_t K, bool per_tensor) {
+    add_fp8(ts, p, N, K, N, K);
+    ts.pop_back();
+    std::uniform_real_distribution<float> sd(0.005f, 0.02f);
+    std::vector<float> s(static_cast<size_t>(per_tensor ? 1 : N));
+    for (auto& v : s) v = sd(rng());
+    ts.push_back({p + ".weight_scale", "F32", per_tensor ? std::vector<int64_t>{1} : std::vector<int64_t>{N, 1}, raw(s)});
+}
+
 void add_bf16(std::vector<Entry>& ts, const std::string& p, int64_t N, int64_t K) {
     std::normal_distribution<float> nd(0.f, 0.05f);
     std::vector<uint16_t> w(static_cast<size_t>(N * K));
@@ -210,6 +220,16 @@ TEST(QuantStack, Fp8BlocksStackWhenEarlierPartsFillWholeBlocks) {
     add_fp8(ts, "l.d_proj", 24, K, bn, bk);
     const std::string dir = write_checkpoint("fp8", fp8_config(bn, bk), ts);
     expect_group_equals_parts(dir, {"l.a_proj", "l.b_proj", "l.c_proj", "l.d_proj"}, {64, 40, 32, 24}, K, false, 2);
+}
+
+TEST(QuantStack, Fp8PerChannelAndPerTensorStackAsPerChannel) {
+    const int64_t K = 96;
+    std::vector<Entry> ts;
+    add_fp8_rowwise(ts, "l.a_proj", 32, K, false);
+    add_fp8_rowwise(ts, "l.b_proj", 24, K, true);
+    add_fp8_rowwise(ts, "l.c_proj", 16, K, false);
+    const std::string dir = write_checkpoint("fp8row", {{"quant_method", "fp8"}}, ts);
+    expect_group_equals_parts(dir, {"l.a_proj", "l.b_proj", "l.c_proj"}, {32, 24, 16}, K, false, 1);
 }
 
 TEST(QuantStack, MixedQuantizedAndBf16FormSubGroups) {

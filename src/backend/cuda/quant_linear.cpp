@@ -98,7 +98,9 @@ class CudaQuantLinear : public Linear {
             cuda::KeyHasher key;
             key.add(kOpSplit).add(y);
             for (const Tensor& p : parts) key.add(p);
-            cb.record(key.h, [y, parts](cudaStream_t s) { cuda::split_cols(y, parts, s); });
+            cb.record(key.h, [y, parts](cudaStream_t s) {
+                cuda::split_cols(y, parts.data(), static_cast<int>(parts.size()), s);
+            });
             return;
         }
         Tensor w(cb.quant_ws(CudaBackend::QuantWs::DEQUANT), wdt_, Device::CUDA, {N_, K_});  // [N, K]
