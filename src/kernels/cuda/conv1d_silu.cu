@@ -46,50 +46,44 @@ static __global__ void conv_state_kernel(const void* __restrict__ x, int xdt, vo
     }
 }
 
-// Prompts with BF16 x / out, C % 8 == 0 and the models' K = 4: a thread owns 8 channels (one 16-byte load
-// per row) over kConvTile consecutive tokens and slides the last K input rows through registers, so each
-// input row is loaded (1 + (K-1)/kConvTile) times as 16-byte vectors instead of K times as scalars (the
-// scalar kernel above ran at ~1/5 of the bandwidth its bytes need). Same summation order as above.
+// Prompts with BF16 x / out, even C and the models' K = 4: a thread owns 2 channels (one 4-byte load per row,
+// a warp reads 128 contiguous bytes) over kConvTile consecutive tokens and slides the last K input rows
+// through registers, so each input row is loaded (1 + (K-1)/kConvTile) times instead of K times, and few
+// registers keep the SM full of loads in flight (the scalar kernel above ran at ~1/5 of the bandwidth its
+// bytes need; 8 channels per thread at 85 registers still left it at 25% occupancy). Same summation order.
 constexpr int kConvTile = 16;
 template <int K>
-static __global__ void conv1d_silu_x8_kernel(const __nv_bfloat16* __restrict__ x,  // [T, C]
-                                             const void* __restrict__ w, int wdt,   // [C, K]
-                                             const void* __restrict__ state, int sdt,  // [K-1, C]
-                                             int64_t T, int64_t C,
-                                             __nv_bfloat16* __restrict__ out) {  // [T, C]
-    const int64_t groups = C / 8;
+static __global__ void __launch_bounds__(256) conv1d_silu_x2_kernel(const __nv_bfloat162* __restrict__ x,  // [T, C/2]
+                                                                    const void* __restrict__ w, int wdt,  // [C, K]
+                                                                    const void* __restrict__ state,  // [K-1, C]
+                                                                    int sdt, int64_t T, int64_t C,
+                                                                    __nv_bfloat162* __restrict__ out) {  // [T, C/2]
+    const int64_t pairs = C / 2;
     const int64_t gi = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-    if (gi >= groups * ((T + kConvTile - 1) / kConvTile)) return;
-    const int64_t c0 = (gi % groups) * 8, t0 = (gi / groups) * kConvTile;
-    float wr[8][K];
+    if (gi >= pairs * ((T + kConvTile - 1) / kConvTile)) return;
+    const int64_t cp = gi % pairs, t0 = (gi / pairs) * kConvTile;
+    float w0[K], w1[K];
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < K; ++j) wr[i][j] = ld(w, wdt, (c0 + i) * K + j);
-    float win[K][8];  // win[K-1] is the newest row
+    for (int j = 0; j < K; ++j) {
+        w0[j] = ld(w, wdt, 2 * cp * K + j);
+        w1[j] = ld(w, wdt, (2 * cp + 1) * K + j);
+    }
+    float2 win[K];  // win[K-1] is the newest row
 #pragma unroll
     for (int r = 0; r < kConvTile + K - 1; ++r) {
         const int64_t t = t0 - (K - 1) + r;
 #pragma unroll
-        for (int j = 0; j + 1 < K; ++j)
-#pragma unroll
-            for (int i = 0; i < 8; ++i) win[j][i] = win[j + 1][i];
-        if (t < 0) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) win[K - 1][i] = ld(state, sdt, (K - 1 + t) * C + c0 + i);
-        } else if (t < T) {
-            load_bf16x8(x + t * C + c0, win[K - 1]);
-        }
+        for (int j = 0; j + 1 < K; ++j) win[j] = win[j + 1];
+        if (t < 0) win[K - 1] = make_float2(ld(state, sdt, (K - 1 + t) * C + 2 * cp), ld(state, sdt, (K - 1 + t) * C + 2 * cp + 1));
+        else if (t < T) win[K - 1] = __bfloat1622float2(x[t * pairs + cp]);
         if (r < K - 1 || t >= T) continue;
-        alignas(16) __nv_bfloat16 o[8];
+        float a0 = 0.0f, a1 = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            float acc = 0.0f;
-#pragma unroll
-            for (int j = 0; j < K; ++j) acc += wr[i][j] * win[j][i];
-            o[i] = __float2bfloat16(acc * sigmoidf_(acc));
+        for (int j = 0; j < K; ++j) {
+            a0 += w0[j] * win[j].x;
+            a1 += w1[j] * win[j].y;
         }
-        *reinterpret_cast<uint4*>(out + t * C + c0) = *reinterpret_cast<const uint4*>(o);
+        out[t * pairs + cp] = __floats2bfloat162_rn(a0 * sigmoidf_(a0), a1 * sigmoidf_(a1));
     }
 }
 
@@ -116,11 +110,11 @@ static void launch_conv1d_silu(const void* x, int xdt, const void* w, int wdt, v
         check_launch("conv1d_silu");
         return;
     }
-    const bool al16 = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
-    if (xdt == kBF16 && odt == kBF16 && K == 4 && C % 8 == 0 && al16) {
-        const int64_t n = C / 8 * ((T + kConvTile - 1) / kConvTile);
-        conv1d_silu_x8_kernel<4><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
-            static_cast<const __nv_bfloat16*>(x), w, wdt, state, sdt, T, C, static_cast<__nv_bfloat16*>(out));
+    const bool al4 = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out)) & 3) == 0;
+    if (xdt == kBF16 && odt == kBF16 && K == 4 && C % 2 == 0 && al4) {
+        const int64_t n = C / 2 * ((T + kConvTile - 1) / kConvTile);
+        conv1d_silu_x2_kernel<4><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
+            static_cast<const __nv_bfloat162*>(x), w, wdt, state, sdt, T, C, static_cast<__nv_bfloat162*>(out));
     } else {
         conv1d_silu_kernel<<<grid_for(T * C, 256), 256, 0, s>>>(x, xdt, w, wdt, state, sdt, T, C, K, out, odt);
     }
