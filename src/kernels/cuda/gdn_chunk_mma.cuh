@@ -7,7 +7,7 @@
 //   A [16 x 16] row-major: a0 = A[g][c..c+1], a1 = A[g+8][c..c+1], a2 = A[g][c+8..c+9], a3 = A[g+8][c+8..c+9]
 //   B [16 x 8]:            b0 = B[c..c+1][g], b1 = B[c+8..c+9][g]
 //   C [16 x 8] fp32:       c0 = C[g][c], c1 = C[g][c+1], c2 = C[g+8][c], c3 = C[g+8][c+1]
-// so a B operand stored transposed ([n][k], k contiguous) is read with the same 32-bit loads as an A operand.
+// so a B operand stored transposed ([n][k], k contiguous) is read like an A operand (ldmatrix, no .trans).
 #pragma once
 #include <cuda_bf16.h>
 
@@ -29,22 +29,30 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-__device__ __forceinline__ uint32_t ld_u32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-// A fragment of the 16x16 tile at (r0, k0) of a row-major [m][k] bf16 array with row stride ld.
-__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const bf16* s, int ld, int r0, int k0, int lane) {
-    const bf16* p = s + (r0 + (lane >> 2)) * ld + k0 + 2 * (lane & 3);
-    a[0] = ld_u32(p);
-    a[1] = ld_u32(p + 8 * ld);
-    a[2] = ld_u32(p + 8);
-    a[3] = ld_u32(p + 8 * ld + 8);
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
 }
 
-// B fragment of the 16x8 tile at (k0, n0) of B, read from its transpose stored [n][k] with row stride ld.
-__device__ __forceinline__ void frag_b(uint32_t (&b)[2], const bf16* s, int ld, int n0, int k0, int lane) {
-    const bf16* p = s + (n0 + (lane >> 2)) * ld + k0 + 2 * (lane & 3);
-    b[0] = ld_u32(p);
-    b[1] = ld_u32(p + 8);
+// A fragment of the 16x16 tile at (r0, k0) of a row-major [m][k] bf16 array with row stride ld (rows 16-byte
+// aligned): one ldmatrix of the 8x8 blocks (r0, k0), (r0 + 8, k0), (r0, k0 + 8), (r0 + 8, k0 + 8).
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const bf16* s, int ld, int r0, int k0, int lane) {
+    const int blk = lane >> 3;
+    ldsm_x4(a, s + (r0 + ((blk & 1) << 3) + (lane & 7)) * ld + k0 + ((blk >> 1) << 3));
+}
+
+// B fragments of the two 16x8 tiles at (k0, n0) and (k0, n0 + 8) of B, read from its transpose stored [n][k]
+// with row stride ld: b[t] belongs to n tile n0 + 8t. One ldmatrix of the blocks (n0, k0), (n0, k0 + 8),
+// (n0 + 8, k0), (n0 + 8, k0 + 8).
+__device__ __forceinline__ void frag_b2(uint32_t (&b)[2][2], const bf16* s, int ld, int n0, int k0, int lane) {
+    const int blk = lane >> 3;
+    uint32_t r[4];
+    ldsm_x4(r, s + (n0 + ((blk >> 1) << 3) + (lane & 7)) * ld + k0 + ((blk & 1) << 3));
+    b[0][0] = r[0];
+    b[0][1] = r[1];
+    b[1][0] = r[2];
+    b[1][1] = r[3];
 }
 
 // A fragment of the 16x16 tile at (m0, k0) of X^T, where X is stored row-major [k][m] (row stride ld, rows

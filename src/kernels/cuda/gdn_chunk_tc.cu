@@ -151,11 +151,12 @@ static __global__ void __launch_bounds__(kThreads) gdn_tc_prep_kernel(GdnParams 
             uint32_t a[4];
             frag_a(a, src, LDK, 16 * mt, 16 * ks, lane);
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-                if (nt <= 2 * mt + 1) {
-                    uint32_t b[2];
-                    frag_b(b, Ks, LDK, 8 * nt, 16 * ks, lane);
-                    mma(acc[nt], a, b);
+            for (int np = 0; np < 4; ++np) {
+                if (np <= mt) {  // n tiles 2 np, 2 np + 1: the lower triangle and the diagonal block
+                    uint32_t b[2][2];
+                    frag_b2(b, Ks, LDK, 16 * np, 16 * ks, lane);
+                    mma(acc[2 * np], a, b[0]);
+                    mma(acc[2 * np + 1], a, b[1]);
                 }
             }
         }
@@ -222,11 +223,12 @@ static __global__ void __launch_bounds__(kThreads) gdn_tc_prep_kernel(GdnParams 
             frag_a(ah, Ph, LDC, 16 * mt, 16 * ks, lane);
             frag_a(al, Pl, LDC, 16 * mt, 16 * ks, lane);
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                uint32_t bh[2], bl[2];
-                frag_b(bh, Tth, LDC, 32 * nh + 8 * nt, 16 * ks, lane);
-                frag_b(bl, Ttl, LDC, 32 * nh + 8 * nt, 16 * ks, lane);
-                mma3(acc[nt], ah, al, bh, bl);
+            for (int np = 0; np < 2; ++np) {
+                uint32_t bh[2][2], bl[2][2];
+                frag_b2(bh, Tth, LDC, 32 * nh + 16 * np, 16 * ks, lane);
+                frag_b2(bl, Ttl, LDC, 32 * nh + 16 * np, 16 * ks, lane);
+                mma3(acc[2 * np], ah, al, bh[0], bl[0]);
+                mma3(acc[2 * np + 1], ah, al, bh[1], bl[1]);
             }
         }
 #pragma unroll
@@ -340,13 +342,13 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
             uint32_t ak[4], aq[4];
             frag_a(ak, Ks, LDK, 16 * mt, 16 * ks, lane);
             frag_a(aq, Qs, LDK, 16 * mt, 16 * ks, lane);
+            uint32_t bh[2][2], bl[2][2];
+            frag_b2(bh, Sh, LDK, 16 * nh, 16 * ks, lane);
+            frag_b2(bl, Sl, LDK, 16 * nh, 16 * ks, lane);
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
-                uint32_t bh[2], bl[2];
-                frag_b(bh, Sh, LDK, 16 * nh + 8 * nt, 16 * ks, lane);
-                frag_b(bl, Sl, LDK, 16 * nh + 8 * nt, 16 * ks, lane);
-                mma2(y[nt], ak, bh, bl);
-                mma2(o[nt], aq, bh, bl);
+                mma2(y[nt], ak, bh[nt], bl[nt]);
+                mma2(o[nt], aq, bh[nt], bl[nt]);
             }
         }
 #pragma unroll
@@ -373,13 +375,13 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
             frag_a(tl, Tl, LDC, 16 * mt, 16 * ks, lane);
             frag_a(ph, Ph, LDC, 16 * mt, 16 * ks, lane);
             frag_a(pl, Pl, LDC, 16 * mt, 16 * ks, lane);
+            uint32_t rh[2][2], rl[2][2];
+            frag_b2(rh, Rh, LDC, 16 * nh, 16 * ks, lane);
+            frag_b2(rl, Rl, LDC, 16 * nh, 16 * ks, lane);
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
-                uint32_t rh[2], rl[2];
-                frag_b(rh, Rh, LDC, 16 * nh + 8 * nt, 16 * ks, lane);
-                frag_b(rl, Rl, LDC, 16 * nh + 8 * nt, 16 * ks, lane);
-                mma3(w[nt], th, tl, rh, rl);
-                mma3(o[nt], ph, pl, rh, rl);
+                mma3(w[nt], th, tl, rh[nt], rl[nt]);
+                mma3(o[nt], ph, pl, rh[nt], rl[nt]);
             }
         }
         // Output rows of this chunk; V'' = cD V' transposed (hi/lo), the B operand of the state update.
@@ -420,11 +422,12 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
             uint32_t a[4];
             frag_a_trans(a, Ks, LDK, d0, 16 * ks, lane);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                uint32_t bh[2], bl[2];
-                frag_b(bh, Wh, LDC, 8 * j, 16 * ks, lane);
-                frag_b(bl, Wl, LDC, 8 * j, 16 * ks, lane);
-                mma2(s[j], a, bh, bl);
+            for (int jp = 0; jp < 2; ++jp) {
+                uint32_t bh[2][2], bl[2][2];
+                frag_b2(bh, Wh, LDC, 16 * jp, 16 * ks, lane);
+                frag_b2(bl, Wl, LDC, 16 * jp, 16 * ks, lane);
+                mma2(s[2 * jp], a, bh[0], bl[0]);
+                mma2(s[2 * jp + 1], a, bh[1], bl[1]);
             }
         }
         write_state_operand();
