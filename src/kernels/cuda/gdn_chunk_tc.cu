@@ -188,7 +188,7 @@ static __global__ void __launch_bounds__(kThreads) gdn_tc_prep_kernel(GdnParams 
             float s0 = i == j ? 1.0f : 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;  // 4 chains: latency, not FMAs
 #pragma unroll
             for (int m = 0; m + 4 <= i; m += 4) {
-                const float4 a4 = *reinterpret_cast<const float4*>(As + i * LDF + m);
+                const float4 a4 = lds_f4(As + i * LDF + m);
                 s0 -= a4.x * t[m];
                 s1 -= a4.y * t[m + 1];
                 s2 -= a4.z * t[m + 2];
@@ -323,33 +323,36 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
             }
     };
 
+    // The k and q tiles trade places every chunk: k of chunk c + 1 loads into the tile q of chunk c leaves
+    // (after O = Q S) and lands during the state update, which still reads k of chunk c; q of chunk c + 1
+    // then loads into that tile and lands during the next K S. Two commit groups per chunk: {k, v, record}
+    // (waited for at the top) and {q} (waited for before Q S).
     load_rows(Ks, kg, 0);
-    load_rows(Qs, qg, 0);
     load_v(0);
     load_rec(0);
+    cp_async_commit();
+    load_rows(Qs, qg, 0);
     cp_async_commit();
     write_state_operand();
     const int mt = warp & 3, nh = warp >> 2;  // token tile and column half of the [C][BV] products
     for (int64_t c = 0; c < nchunks; ++c) {
-        cp_async_wait_all();
+        cp_async_wait_all_but_last();
         __syncthreads();
         const bool more = c + 1 < nchunks;
+        bf16* kt = c & 1 ? Qs : Ks;  // k rows of this chunk
+        bf16* qt = c & 1 ? Ks : Qs;  // q rows of this chunk
 
-        // Y = K S and O = Q S over dk; then R = V - cK Y (stored transposed, hi/lo) and O *= cQ.
-        float y[2][4] = {}, o[2][4] = {};
+        // Y = K S over dk; then R = V - cK Y (stored transposed, hi/lo).
+        float y[2][4] = {};
 #pragma unroll
         for (int ks = 0; ks < DK / 16; ++ks) {  // columns past dk are zeros in k, q and S
-            uint32_t ak[4], aq[4];
-            frag_a(ak, Ks, LDK, 16 * mt, 16 * ks, lane);
-            frag_a(aq, Qs, LDK, 16 * mt, 16 * ks, lane);
+            uint32_t ak[4];
+            frag_a(ak, kt, LDK, 16 * mt, 16 * ks, lane);
             uint32_t bh[2][2], bl[2][2];
             frag_b2(bh, Sh, LDK, 16 * nh, 16 * ks, lane);
             frag_b2(bl, Sl, LDK, 16 * nh, 16 * ks, lane);
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-                mma2(y[nt], ak, bh[nt], bl[nt]);
-                mma2(o[nt], aq, bh[nt], bl[nt]);
-            }
+            for (int nt = 0; nt < 2; ++nt) mma2(y[nt], ak, bh[nt], bl[nt]);
         }
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
@@ -358,14 +361,26 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
                 const int r = 16 * mt + g + (e >> 1) * 8, n = 16 * nh + 8 * nt + cc + (e & 1);
                 const float rv = __bfloat162float(Vs[r * LDV + n]) - sc[r] * y[nt][e];
                 split_bf16(rv, Rh[n * LDC + r], Rl[n * LDC + r]);
-                o[nt][e] *= sc[C + r];
             }
-        __syncthreads();  // R complete; q and v of this chunk no longer read
-        if (more) {
-            load_rows(Qs, qg, c + 1);
-            load_v(c + 1);
-            cp_async_commit();
+        cp_async_wait_all();
+        __syncthreads();  // R complete, q of this chunk landed
+
+        // O = cQ (Q S) over dk (S is still the incoming state).
+        float o[2][4] = {};
+#pragma unroll
+        for (int ks = 0; ks < DK / 16; ++ks) {
+            uint32_t aq[4];
+            frag_a(aq, qt, LDK, 16 * mt, 16 * ks, lane);
+            uint32_t bh[2][2], bl[2][2];
+            frag_b2(bh, Sh, LDK, 16 * nh, 16 * ks, lane);
+            frag_b2(bl, Sl, LDK, 16 * nh, 16 * ks, lane);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) mma2(o[nt], aq, bh[nt], bl[nt]);
         }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[nt][e] *= sc[C + 16 * mt + g + (e >> 1) * 8];
 
         // V' = T' R and O += PT R; both lower triangular, so only k tiles ks <= mt contribute.
         float w[2][4] = {};
@@ -406,8 +421,10 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
                 split_bf16(cd * w[nt][e + 1], Wh[(n + 1) * LDC + r], Wl[(n + 1) * LDC + r]);
             }
         const float eg = sc[3 * C];
-        __syncthreads();  // V'' complete; T', PT and the scalars no longer read
+        __syncthreads();  // V'' complete; q, v, T', PT and the scalars of this chunk no longer read
         if (more) {
+            load_rows(qt, kg, c + 1);
+            load_v(c + 1);
             load_rec(c + 1);
             cp_async_commit();
         }
@@ -420,7 +437,7 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
 #pragma unroll
         for (int ks = 0; ks < C / 16; ++ks) {
             uint32_t a[4];
-            frag_a_trans(a, Ks, LDK, d0, 16 * ks, lane);
+            frag_a_trans(a, kt, LDK, d0, 16 * ks, lane);
 #pragma unroll
             for (int jp = 0; jp < 2; ++jp) {
                 uint32_t bh[2][2], bl[2][2];
@@ -433,7 +450,7 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
         write_state_operand();
         __syncthreads();  // k of this chunk no longer read
         if (more) {
-            load_rows(Ks, kg, c + 1);
+            load_rows(kt, qg, c + 1);
             cp_async_commit();
         }
     }
