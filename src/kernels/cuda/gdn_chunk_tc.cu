@@ -44,8 +44,8 @@ struct Rec {
 
 // Scan kernel shared memory, in bf16 elements (offsets stay 16-byte aligned).
 struct ScanSmem {
-    static constexpr int kK = 0;                   // [C][LDK] raw k rows of the chunk
-    static constexpr int kQ = kK + C * LDK;        // [C][LDK] raw q rows
+    static constexpr int kK = 0;                   // [C][LDK] raw k rows (q rows on odd chunks)
+    static constexpr int kQ = kK + C * LDK;        // [C][LDK] raw q rows (k rows on odd chunks)
     static constexpr int kV = kQ + C * LDK;        // [C][LDV] raw v slice
     static constexpr int kT = kV + C * LDV;        // 4 x [C][LDC]: T' hi, T' lo, PT hi, PT lo
     static constexpr int kScal = kT + 4 * C * LDC;  // 4 * C floats (record scalars)
@@ -335,6 +335,19 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
     cp_async_commit();
     write_state_operand();
     const int mt = warp & 3, nh = warp >> 2;  // token tile and column half of the [C][BV] products
+    // acc [16 x 16] += rows 16 mt.. of x [C][DK] (raw k or q) times columns 16 nh.. of S (hi + lo) over dk.
+    auto times_state = [&](float (&acc)[2][4], const bf16* x) {
+#pragma unroll
+        for (int ks = 0; ks < DK / 16; ++ks) {  // columns past dk are zeros in k, q and S
+            uint32_t a[4];
+            frag_a(a, x, LDK, 16 * mt, 16 * ks, lane);
+            uint32_t bh[2][2], bl[2][2];
+            frag_b2(bh, Sh, LDK, 16 * nh, 16 * ks, lane);
+            frag_b2(bl, Sl, LDK, 16 * nh, 16 * ks, lane);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) mma2(acc[nt], a, bh[nt], bl[nt]);
+        }
+    };
     for (int64_t c = 0; c < nchunks; ++c) {
         cp_async_wait_all_but_last();
         __syncthreads();
@@ -344,16 +357,7 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
 
         // Y = K S over dk; then R = V - cK Y (stored transposed, hi/lo).
         float y[2][4] = {};
-#pragma unroll
-        for (int ks = 0; ks < DK / 16; ++ks) {  // columns past dk are zeros in k, q and S
-            uint32_t ak[4];
-            frag_a(ak, kt, LDK, 16 * mt, 16 * ks, lane);
-            uint32_t bh[2][2], bl[2][2];
-            frag_b2(bh, Sh, LDK, 16 * nh, 16 * ks, lane);
-            frag_b2(bl, Sl, LDK, 16 * nh, 16 * ks, lane);
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) mma2(y[nt], ak, bh[nt], bl[nt]);
-        }
+        times_state(y, kt);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -367,16 +371,7 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
 
         // O = cQ (Q S) over dk (S is still the incoming state).
         float o[2][4] = {};
-#pragma unroll
-        for (int ks = 0; ks < DK / 16; ++ks) {
-            uint32_t aq[4];
-            frag_a(aq, qt, LDK, 16 * mt, 16 * ks, lane);
-            uint32_t bh[2][2], bl[2][2];
-            frag_b2(bh, Sh, LDK, 16 * nh, 16 * ks, lane);
-            frag_b2(bl, Sl, LDK, 16 * nh, 16 * ks, lane);
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) mma2(o[nt], aq, bh[nt], bl[nt]);
-        }
+        times_state(o, qt);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
