@@ -7,6 +7,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "quant/tile_layout.h"
 
 namespace grimoire {
 
@@ -119,7 +120,7 @@ PackedInt4 repack_int4(const Int4Host& w) {
                         }
                         word |= (q & 15u) << (4 * j);
                     }
-                    p.words[static_cast<size_t>(((nt * p.KC + c) * 32 + lane) * 4 + kt)] = word;
+                    p.words[static_cast<size_t>((tile_index(nt, c, p.NT, p.KC) * 32 + lane) * 4 + kt)] = word;
                 }
     return p;
 }
@@ -131,7 +132,7 @@ std::vector<float> unpack_int4(const PackedInt4& p) {
         for (int64_t c = 0; c < p.KC; ++c)
             for (int lane = 0; lane < 32; ++lane)
                 for (int kt = 0; kt < 4; ++kt) {
-                    const uint32_t word = p.words[static_cast<size_t>(((nt * p.KC + c) * 32 + lane) * 4 + kt)];
+                    const uint32_t word = p.words[static_cast<size_t>((tile_index(nt, c, p.NT, p.KC) * 32 + lane) * 4 + kt)];
                     for (int j = 0; j < 8; ++j) {
                         int r, col;
                         int4_pos(lane, j, r, col);
@@ -170,7 +171,7 @@ PackedFp8 repack_fp8(const Fp8Host& w) {
                             const uint32_t v = n < w.N && k < w.K ? w.w[static_cast<size_t>(n * w.K + k)] : 0u;
                             word |= v << (8 * byte);
                         }
-                        p.words[static_cast<size_t>(((nt * p.KC + c) * 32 + lane) * 8 + kt * 2 + half)] = word;
+                        p.words[static_cast<size_t>((tile_index(nt, c, p.NT, p.KC) * 32 + lane) * 8 + kt * 2 + half)] = word;
                     }
     return p;
 }
@@ -183,7 +184,7 @@ std::vector<float> unpack_fp8(const PackedFp8& p) {
                 for (int kt = 0; kt < 4; ++kt)
                     for (int b = 0; b < 8; ++b) {
                         const uint32_t word =
-                            p.words[static_cast<size_t>(((nt * p.KC + c) * 32 + lane) * 8 + kt * 2 + (b >> 2))];
+                            p.words[static_cast<size_t>((tile_index(nt, c, p.NT, p.KC) * 32 + lane) * 8 + kt * 2 + (b >> 2))];
                         int r, col;
                         fp8_pos(lane, b, r, col);
                         const int64_t n = nt * 16 + r, k = c * 64 + kt * 16 + col;

@@ -11,7 +11,7 @@
 //   INT4: one u32 per k-tile; nibble i (bits 4i..4i+3) = W[r_i][c_i], nibble i + 4 = W[r_i][c_i + 1], so
 //         (word >> 4i) & 0x000F000F is the pair a_i in the two 16-bit halves.
 //   FP8:  two u32 per k-tile; word 0 bytes = (a0.x, a1.x, a0.y, a1.y), word 1 = (a2.x, a3.x, a2.y, a3.y).
-// Chunks are stored [n_tile][k_chunk][lane][words], so a warp walking K for one n-tile reads contiguous memory.
+// Chunk tiles are stored in the order of quant/tile_layout.h ([k-chunk][n-tile]), each as [lane][words].
 // Rows past N and columns past K are padding (INT4: q = 8 with zero point 8 -> 0; FP8: 0).
 //
 // Act-order GPTQ (g_idx not k / group_size) is handled by permuting K at load so every group is contiguous:
@@ -29,7 +29,7 @@ enum class ScaleType : uint8_t { F16, BF16, F32 };
 struct PackedInt4 {
     int64_t N = 0, K = 0, G = 0, group_size = 0;  // group g covers permuted channels [g*gs, (g+1)*gs)
     int64_t NT = 0, KC = 0;                       // ceil(N / 16) n-tiles, ceil(K / 64) k-chunks
-    std::vector<uint32_t> words;                  // [NT][KC][32][4]
+    std::vector<uint32_t> words;                  // tiles (tile_layout.h) x [32][4]
     ScaleType scale_type = ScaleType::F16;        // narrowest type holding every scale exactly
     std::vector<uint8_t> scales;                  // [G][NT * 16] of scale_type (raw bytes)
     bool symmetric = true;                        // every zero point is 8: the kernel needs no zeros
@@ -41,7 +41,7 @@ struct PackedFp8 {
     int64_t N = 0, K = 0, NT = 0, KC = 0;
     int64_t bn = 1, bk = 1;      // scale grid: scales[n / bn][k / bk]
     int64_t SN = 0, SG = 0;      // its shape
-    std::vector<uint32_t> words;  // [NT][KC][32][8]
+    std::vector<uint32_t> words;  // tiles (tile_layout.h) x [32][8]
     std::vector<float> scales;    // [SN][SG] f32
 };
 

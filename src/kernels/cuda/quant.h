@@ -20,7 +20,7 @@ constexpr int kQmmMaxM = 16;
 // Device views of a repacked weight. Scales of an INT4 weight are [G][NT*16] in `scale_dtype` (F16, BF16 or
 // F32); zeros [G][NT*16] u8 or null (symmetric: every zero point is 8); perm [K] or null (act-order).
 struct Int4Dev {
-    const uint32_t* words = nullptr;  // [NT][KC][32][4]
+    const uint32_t* words = nullptr;  // tiles (quant/tile_layout.h) x [32][4]
     const void* scales = nullptr;
     DType scale_dtype = DType::F16;
     const uint8_t* zeros = nullptr;
@@ -30,7 +30,7 @@ struct Int4Dev {
 
 // FP8: scales f32 [SN][SG], W[n][k] = fp8(w) * scales[n / bn][k / bk].
 struct Fp8Dev {
-    const uint32_t* words = nullptr;  // [NT][KC][32][8]
+    const uint32_t* words = nullptr;  // tiles (quant/tile_layout.h) x [32][8]
     const float* scales = nullptr;
     int64_t N = 0, K = 0, NT = 0, KC = 0, bn = 1, bk = 1, SN = 0, SG = 0;
 };

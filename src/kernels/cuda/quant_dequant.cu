@@ -4,6 +4,7 @@
 // tests. Values are rounded once, to BF16, from the exact fp32 product (q - z) * s.
 // Also: the random-bits fill used by --random-weights for packed layers.
 #include "kernels/cuda/quant_mma.cuh"
+#include "quant/tile_layout.h"
 
 namespace grimoire::cuda {
 
@@ -47,7 +48,8 @@ __global__ void __launch_bounds__(32 * kDqWarps) dequant_int4_kernel(const Int4D
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t chunk = static_cast<int64_t>(blockIdx.x) * kDqWarps + warp;  // (nt, c)
     if (chunk >= w.NT * w.KC) return;
-    const int64_t c = chunk % w.KC, nt = chunk / w.KC;
+    int64_t c, nt;
+    tile_coords(chunk, w.NT, w.KC, nt, c);  // storage order (quant/tile_layout.h)
     const uint4 q = reinterpret_cast<const uint4*>(w.words)[chunk * 32 + lane];
     const uint32_t words[4] = {q.x, q.y, q.z, q.w};
     const int64_t NP = w.NT * 16;
@@ -82,7 +84,8 @@ __global__ void __launch_bounds__(32 * kDqWarps) dequant_fp8_kernel(const Fp8Dev
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t chunk = static_cast<int64_t>(blockIdx.x) * kDqWarps + warp;
     if (chunk >= w.NT * w.KC) return;
-    const int64_t c = chunk % w.KC, nt = chunk / w.KC;
+    int64_t c, nt;
+    tile_coords(chunk, w.NT, w.KC, nt, c);  // storage order (quant/tile_layout.h)
     const uint4* p = reinterpret_cast<const uint4*>(w.words) + (chunk * 32 + lane) * 2;
     const uint4 q0 = p[0], q1 = p[1];
     const uint32_t words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};

@@ -12,10 +12,11 @@
 //     whose chunks all fall to one grid block is written directly; one split between grid blocks is summed from
 //     their partials.
 //   * Every warp is its own pipeline: per chunk it copies with cp.async, S - 1 chunks ahead of its math, its
-//     weights (16 bytes per lane per n-tile), the chunk of x (M rows, BF16) and the scales / zero points of its
-//     64 rows for the chunk's group(s) into a ring of shared-memory stages. Loads in flight hold no registers,
-//     nothing waits on another warp (no barrier in the main loop), and a lane only ever waits for its own
-//     copies (cp.async.wait_group, then __syncwarp for the x / scale pieces other lanes copied).
+//     INT4 weights (16 bytes per lane per n-tile), the chunk of x (M rows, BF16) and the scales / zero points of
+//     its 64 rows for the chunk's group(s) into a ring of shared-memory stages. Loads in flight hold no
+//     registers, nothing waits on another warp (no barrier in the main loop), and a lane only ever waits for its
+//     own copies (cp.async.wait_group, then __syncwarp for the x / scale pieces other lanes copied). FP8
+//     weights (twice the bytes per dequant instruction) go straight to registers one chunk ahead instead.
 //   * Dequant in registers: INT4 nibbles become BF16 128 + q with one LOP3 (the 0x4300 exponent trick) and then
 //     q - z with one HSUB2, exact; FP8 E4M3 bytes are moved into BF16 bit positions and multiplied by 2^120
 //     (exact, subnormals included). The group scale is applied in fp32 to the mma result of each group, so
@@ -27,11 +28,18 @@
 //     a column block (atomic counter) sums them in grid-block order (deterministic) and writes y, then resets
 //     the counter for the next launch.
 #pragma once
+#include <type_traits>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/quant.h"
+#include "quant/tile_layout.h"
 
-// Blocks per SM the register allocation must allow (128 registers a thread at 4). GRIMOIRE_QMM_MIN_BLOCKS
-// overrides it (benchmark variants).
+// Blocks per SM the register allocation must allow (INT4 one token tile: 4, i.e. 128 registers; FP8 and two
+// token tiles one fewer). GRIMOIRE_QMM_MIN_BLOCKS overrides it (benchmark variants).
+// INT4 weights through registers like FP8 (1) or through the shared-memory ring (0): a benchmark variant.
+#ifndef GRIMOIRE_QMM_INT4_REGS
+#define GRIMOIRE_QMM_INT4_REGS 0
+#endif
 #ifndef GRIMOIRE_QMM_MIN_BLOCKS
 #define GRIMOIRE_QMM_MIN_BLOCKS 0
 #endif
@@ -44,12 +52,13 @@ constexpr int kNtPerBlock = kWarps * kNtPerWarp;  // 16 n-tiles = 256 output fea
 constexpr int kThreads = 32 * kWarps;
 constexpr int kColBlock = kNtPerBlock * 16;
 constexpr int kXRow = 144;  // bytes per staged x row (128 + 16: the 8 token rows' B loads hit distinct banks)
-constexpr int stages(bool fp8) { return fp8 ? 4 : 5; }
+constexpr bool reg_weights(bool fp8) { return fp8 || GRIMOIRE_QMM_INT4_REGS; }
+constexpr int stages(bool fp8) { return reg_weights(fp8) ? 3 : 5; }  // weights in registers: x and scales only
 constexpr int vec(bool fp8) { return fp8 ? 2 : 1; }  // uint4 per lane per n-tile per chunk
 constexpr int kSlotTable = 256;                        // partial slots kept in shared memory for the reduction
 
 struct Args {
-    const uint32_t* words;  // INT4 [NT][KC][32][4], FP8 [NT][KC][32][8]
+    const uint32_t* words;  // tiles (quant/tile_layout.h) x INT4 [32][4], FP8 [32][8]
     const void* scales;     // INT4: [G][NP] of sdt; FP8: f32 [SN][SG]
     int sdt;                // INT4 scale dtype code (kF16, kBF16, kF32)
     const uint8_t* zeros;   // INT4 asymmetric: [G][NP]
@@ -71,11 +80,19 @@ struct Args {
 
 // Ring stage layout of one launch (Args::xoff..stage); returns the shared memory the block needs.
 inline size_t plan_stage(Args& a, bool fp8, bool asym) {
-    a.xoff = vec(fp8) * kNtPerWarp * 32 * 16;
+    a.xoff = reg_weights(fp8) ? 0 : kNtPerWarp * 32 * 16;  // register weights bypass the ring
     a.soff = a.xoff + a.M * kXRow;
     a.zoff = a.soff + a.gpc * 64 * a.ssz;
     a.stage = (a.zoff + (asym ? a.gpc * 64 : 0) + 15) / 16 * 16;
     return static_cast<size_t>(kWarps) * stages(fp8) * a.stage;
+}
+
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // read once: no L1 allocation
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -160,7 +177,8 @@ __device__ __forceinline__ int block_of(int w, int W, int B) {
 
 // GK: 0 when scale groups are whole chunks (group ends counted in chunks), 1 / 2 for groups of 16 / 32 channels.
 template <bool FP8, int MT, bool ASYM, int GK>
-__global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOIRE_QMM_MIN_BLOCKS : MT == 1 ? 4 : 3)
+__global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOIRE_QMM_MIN_BLOCKS
+                                             : (reg_weights(FP8) ? 2 : 3) + (MT == 1 ? 1 : 0))
     qmm_kernel(const Args a) {
     constexpr int VEC = vec(FP8);
     constexpr int S = stages(FP8);
@@ -177,17 +195,34 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
     char* ring = reinterpret_cast<char*>(smem_u4) + warp * S * a.stage;  // this warp's S stages
 
     // ---- issue side: step iw (column block icb, chunk ic) goes to stage islot, S - 1 steps ahead of the math.
+    // What each lane copies is fixed per launch (x pieces) or per column block (scale / zero pieces): the
+    // offsets are worked out once, so a step costs its copies and a few adds.
     const uint4* wbase = reinterpret_cast<const uint4*>(a.words);
     const uint4* src[kNtPerWarp];
     int iw = w0, icb = w0 / KC, ic = w0 - icb * KC, islot = 0;
-    int n0w = 0, ig = 0, irem = 0;  // first row of the warp; first scale group of chunk ic; chunks left in it
-    int frow[2] = {0, 0};           // FP8: scale row offsets of rows lane, lane + 32
-    auto point = [&]() {            // pointers for chunk ic of column block icb
-        n0w = (icb * kNtPerBlock + warp * kNtPerWarp) * 16;
+    int ig = 0, irem = 0;  // first scale group of chunk ic; GK = 0: chunks left in it
+    // x: piece i = lane + 32 r (row i / 8, 16 bytes at channel 8 (i % 8)) of each chunk.
+    constexpr int XR = (MT * 8 * 8 + 31) / 32;
+    int xsrc[XR], xdst[XR];
+#pragma unroll
+    for (int r = 0; r < XR; ++r) {
+        const int i = lane + 32 * r;
+        xsrc[r] = i < a.M * 8 ? (i >> 3) * a.ldx + (i & 7) * 8 : -1;
+        xdst[r] = a.xoff + (i >> 3) * kXRow + (i & 7) * 16;
+    }
+    // INT4 scales: piece p = lane + 32 r (16 bytes of rows r0.. of group grp); zeros: piece lane (16 rows).
+    // FP8 scales: rows lane and lane + 32 of every group, 4 bytes each.
+    int64_t soffs[2] = {0, 0};  // byte offset of the piece in a scale row (INT4) / scale row offset (FP8)
+    int sdst[2] = {0, 0}, sgrp[2] = {0, 0};
+    bool sfull[2] = {false, false}, son[2] = {false, false};
+    int64_t zoffs = 0;
+    bool zfull = false;
+    auto point = [&]() {  // pointers for chunk ic of column block icb
+        const int n0w = (icb * kNtPerBlock + warp * kNtPerWarp) * 16;
 #pragma unroll
         for (int j = 0; j < kNtPerWarp; ++j) {
             const int nt = min(icb * kNtPerBlock + warp * kNtPerWarp + j, a.NT - 1);  // past N: read, never stored
-            src[j] = wbase + ((static_cast<int64_t>(nt) * KC + ic) * 32 + lane) * VEC;
+            src[j] = wbase + (tile_index(nt, ic, a.NT, KC) * 32 + lane) * VEC;
         }
         if constexpr (GK == 0) {
             ig = a.G <= 1 ? 0 : ic / cpg;
@@ -197,24 +232,40 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
         }
         if constexpr (FP8) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) frow[h] = (min(n0w + lane + 32 * h, a.N - 1) / a.bn) * a.SG;
+            for (int h = 0; h < 2; ++h) soffs[h] = static_cast<int64_t>(min(n0w + lane + 32 * h, a.N - 1) / a.bn) * a.SG;
+        } else {
+            const int lg = a.ssz == 2 ? 3 : 4, rs = a.ssz == 2 ? 3 : 2;  // pieces per group, rows per piece (log2)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int p = lane + 32 * r;
+                son[r] = p < (a.gpc << lg);
+                sgrp[r] = p >> lg;
+                const int r0 = (p & ((1 << lg) - 1)) << rs, row = n0w + r0;
+                sfull[r] = son[r] && row < a.NP;
+                soffs[r] = static_cast<int64_t>(sfull[r] ? row : 0) * a.ssz;
+                sdst[r] = a.soff + (sgrp[r] * 64 + r0) * a.ssz;
+            }
+            if constexpr (ASYM) {
+                const int row = n0w + (lane & 3) * 16;
+                zfull = lane < a.gpc * 4 && row < a.NP;
+                zoffs = zfull ? row : 0;
+            }
         }
     };
     point();
     auto issue = [&]() {
         if (iw < w1) {
             char* st = ring + islot * a.stage;
+            if constexpr (!reg_weights(FP8)) {  // register weights are loaded below
 #pragma unroll
-            for (int j = 0; j < kNtPerWarp; ++j)
+                for (int j = 0; j < kNtPerWarp; ++j) cp_async16(st + (j * 32 + lane) * 16, src[j]);
+            }
+            const int k0 = ic * 64;
 #pragma unroll
-                for (int v = 0; v < VEC; ++v) cp_async16(st + ((j * VEC + v) * 32 + lane) * 16, src[j] + v);
-#pragma unroll
-            for (int r = 0; r < (MT * 8 * 8 + 31) / 32; ++r) {  // x: M rows x 8 pieces of 16 bytes
-                const int i = lane + 32 * r;
-                if (i < a.M * 8) {
-                    const int row = i >> 3, k = ic * 64 + (i & 7) * 8;
-                    const bool full = k < a.ldx;
-                    cp_async16z(st + a.xoff + row * kXRow + (i & 7) * 16, a.x + row * a.ldx + (full ? k : 0), full);
+            for (int r = 0; r < XR; ++r) {
+                if (xsrc[r] >= 0) {
+                    const bool full = k0 + ((lane + 32 * r) & 7) * 8 < a.ldx;  // zeros past the (8-padded) row
+                    cp_async16z(st + xdst[r], a.x + (full ? xsrc[r] + k0 : 0), full);
                 }
             }
             if constexpr (FP8) {
@@ -222,30 +273,22 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
                 for (int grp = 0; grp < a.gpc; ++grp) {
                     const int gi = min(ig + grp, a.G - 1);
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) cp_async4(st + a.soff + (grp * 64 + lane + 32 * h) * 4, sc + frow[h] + gi);
+                    for (int h = 0; h < 2; ++h)
+                        cp_async4(st + a.soff + (grp * 64 + lane + 32 * h) * 4, sc + soffs[h] + gi);
                 }
             } else {
-                const int lg = a.ssz == 2 ? 3 : 4;  // log2 of the 16-byte pieces per group (64 rows)
+                const char* s0 = static_cast<const char*>(a.scales);
+                const int64_t rowb = static_cast<int64_t>(a.NP) * a.ssz;  // bytes per scale row (group)
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int p = lane + 32 * r;
-                    if (p < (a.gpc << lg)) {
-                        const int grp = p >> lg, r0 = (p & ((1 << lg) - 1)) * (16 / a.ssz);
-                        const int gi = min(ig + grp, a.G - 1), row = n0w + r0;
-                        const bool full = row < a.NP;
-                        const char* s0 = static_cast<const char*>(a.scales);
-                        cp_async16z(st + a.soff + (grp * 64 + r0) * a.ssz,
-                                    s0 + (static_cast<int64_t>(gi) * a.NP + (full ? row : 0)) * a.ssz, full);
-                    }
-                }
+                for (int r = 0; r < 2; ++r)
+                    if (son[r])
+                        cp_async16z(st + sdst[r], s0 + (sfull[r] ? min(ig + sgrp[r], a.G - 1) * rowb + soffs[r] : 0),
+                                    sfull[r]);
                 if constexpr (ASYM) {
-                    if (lane < a.gpc * 4) {
-                        const int grp = lane >> 2, r0 = (lane & 3) * 16;
-                        const int gi = min(ig + grp, a.G - 1), row = n0w + r0;
-                        const bool full = row < a.NP;
-                        cp_async16z(st + a.zoff + grp * 64 + r0,
-                                    a.zeros + static_cast<int64_t>(gi) * a.NP + (full ? row : 0), full);
-                    }
+                    if (lane < a.gpc * 4)
+                        cp_async16z(st + a.zoff + (lane >> 2) * 64 + (lane & 3) * 16,
+                                    a.zeros + (zfull ? static_cast<int64_t>(min(ig + (lane >> 2), a.G - 1)) * a.NP + zoffs : 0),
+                                    zfull);
                 }
             }
             ++iw;
@@ -255,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
                 if (iw < w1) point();
             } else {
 #pragma unroll
-                for (int j = 0; j < kNtPerWarp; ++j) src[j] += 32 * VEC;
+                for (int j = 0; j < kNtPerWarp; ++j) src[j] += static_cast<int64_t>(a.NT) * 32 * VEC;  // next chunk
                 if constexpr (GK == 0) {
                     if (--irem == 0) ++ig, irem = cpg;
                 } else {
@@ -272,6 +315,23 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
     bool row_ok[MT];
 #pragma unroll
     for (int m = 0; m < MT; ++m) row_ok[m] = m * 8 + g < a.M;
+
+    // FP8 moves twice the bytes per dequant instruction, and the round trip through shared memory then
+    // saturates the MIO pipe (ncu: short-scoreboard and MIO-throttle stalls), so its weights are loaded straight
+    // into registers one step ahead instead: wcur holds step w, wnext step w + 1.
+    uint4 wcur[kNtPerWarp][VEC], wnext[kNtPerWarp][VEC];
+    auto load_regs = [&](uint4 (&dst)[kNtPerWarp][VEC], int v) {  // the weights of step v
+        if (v >= w1) return;
+        const int cb = v / KC, c = v - cb * KC;
+#pragma unroll
+        for (int j = 0; j < kNtPerWarp; ++j) {
+            const int nt = min(cb * kNtPerBlock + warp * kNtPerWarp + j, a.NT - 1);
+            const uint4* p = wbase + (tile_index(nt, c, a.NT, KC) * 32 + lane) * VEC;
+#pragma unroll
+            for (int u = 0; u < VEC; ++u) dst[j][u] = ld_stream(p + u);
+        }
+    };
+    if constexpr (reg_weights(FP8)) load_regs(wcur, w0);
 
     int cslot = 0;  // ring stage of step w
     int w = w0;
@@ -299,23 +359,33 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
             cslot = cslot + 1 == S ? 0 : cslot + 1;
 
             uint4 q[kNtPerWarp][VEC];
+            if constexpr (reg_weights(FP8)) {
+                load_regs(wnext, w + 1);
 #pragma unroll
-            for (int j = 0; j < kNtPerWarp; ++j)
+                for (int j = 0; j < kNtPerWarp; ++j)
 #pragma unroll
-                for (int v = 0; v < VEC; ++v)
-                    q[j][v] = *reinterpret_cast<const uint4*>(st + ((j * VEC + v) * 32 + lane) * 16);
+                    for (int v = 0; v < VEC; ++v) q[j][v] = wcur[j][v], wcur[j][v] = wnext[j][v];
+            } else {
+#pragma unroll
+                for (int j = 0; j < kNtPerWarp; ++j) q[j][0] = *reinterpret_cast<const uint4*>(st + (j * 32 + lane) * 16);
+            }
 
             // Scale group grp of this chunk: the fp32 scales of rows g and g + 8 of n-tile j.
-            auto scale_of = [&](int grp, int row) -> float {
-                const char* p = st + a.soff + (grp * 64 + row) * a.ssz;
-                if (FP8 || a.sdt == kF32) return *reinterpret_cast<const float*>(p);
-                const uint16_t h = *reinterpret_cast<const uint16_t*>(p);
-                return a.sdt == kF16 ? __half2float(__ushort_as_half(h)) : __uint_as_float(static_cast<uint32_t>(h) << 16);
-            };
-            auto flush = [&](int grp) {
+            // Scale group grp of this chunk: acc += s * cur with the fp32 scales of rows g and g + 8 of n-tile j
+            // (the scale dtype branch is uniform and taken once per flush).
+            auto flush_as = [&](int grp, auto tag) {
+                using T = decltype(tag);
+                const T* sp = reinterpret_cast<const T*>(st + a.soff) + grp * 64 + g;
 #pragma unroll
                 for (int j = 0; j < kNtPerWarp; ++j) {
-                    const float s_lo = scale_of(grp, j * 16 + g), s_hi = scale_of(grp, j * 16 + g + 8);
+                    float s_lo, s_hi;
+                    if constexpr (sizeof(T) == 4) {
+                        s_lo = sp[j * 16], s_hi = sp[j * 16 + 8];
+                    } else if constexpr (std::is_same_v<T, __half>) {
+                        s_lo = __half2float(sp[j * 16]), s_hi = __half2float(sp[j * 16 + 8]);
+                    } else {
+                        s_lo = __bfloat162float(sp[j * 16]), s_hi = __bfloat162float(sp[j * 16 + 8]);
+                    }
 #pragma unroll
                     for (int m = 0; m < MT; ++m) {
                         acc[j][m][0] += cur[j][m][0] * s_lo;
@@ -325,6 +395,11 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
                         cur[j][m][0] = cur[j][m][1] = cur[j][m][2] = cur[j][m][3] = 0.0f;
                     }
                 }
+            };
+            auto flush = [&](int grp) {
+                if (FP8 || a.sdt == kF32) flush_as(grp, 0.0f);
+                else if (a.sdt == kF16) flush_as(grp, __half{});
+                else flush_as(grp, __nv_bfloat16{});
             };
             uint2 zp[kNtPerWarp];  // BF16x2 of 128 + z for rows g (x) and g + 8 (y)
             auto load_zeros = [&](int grp) {
