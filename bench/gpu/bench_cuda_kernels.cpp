@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "kernels/cuda/split_cols.h"
 
 using namespace grimoire;
 
@@ -68,6 +69,41 @@ int main(int argc, char** argv) {
         report("matmul down_proj [T,17408]x[5120,17408]", time_ms(be, [&] { be.matmul(g, wdown, x); }), 0, 2.0 * T * I * H);
         Tensor mixed = S({T, C});
         report("matmul in_proj_qkv [T,5120]x[10240,5120]", time_ms(be, [&] { be.matmul(x, wqkv, mixed); }), 0, 2.0 * T * C * H);
+        {  // the other projection shapes of a 27B layer, and stacked groups: one GEMM + split vs a GEMM per part
+            auto gemm = [&](const char* what, int64_t n, int64_t k) {
+                Tensor wt = W(n, k), xi = S({T, k}), yo = S({T, n});
+                report(what, time_ms(be, [&] { be.matmul(xi, wt, yo); }), 0, 2.0 * T * n * k);
+                be.free_persistent(wt), be.free_persistent(xi), be.free_persistent(yo);
+            };
+            gemm("matmul z [T,5120]x[6144,5120]", Hv * dv, H);
+            gemm("matmul b or a [T,5120]x[48,5120]", Hv, H);
+            gemm("matmul out/o_proj [T,6144]x[5120,6144]", H, Hv * dv);
+            gemm("matmul k or v [T,5120]x[1024,5120]", Hkv * D, H);
+            auto group = [&](const char* what, std::vector<int64_t> widths) {
+                int64_t n = 0;
+                for (int64_t w : widths) n += w;
+                Tensor wt = W(n, H);
+                std::vector<Tensor> ys;
+                for (int64_t w : widths) ys.push_back(S({T, w}));
+                // The stacked GEMM + split forced (the backend's wave model may choose either), then per part.
+                Tensor yall = S({T, n});
+                const double one = time_ms(be, [&] {
+                    be.matmul(x, wt, yall);
+                    cuda::split_cols(yall, ys.data(), static_cast<int>(ys.size()), be.stream());
+                });
+                const double per = time_ms(be, [&] { be.Backend::matmul_split(x, wt, ys.data(), ys.size()); });
+                const double chosen = time_ms(be, [&] { be.matmul_split(x, wt, ys.data(), ys.size()); });
+                report((std::string(what) + ": one GEMM + split_cols").c_str(), one, 0, 2.0 * T * n * H);
+                report((std::string(what) + ": GEMM per part").c_str(), per, 0, 2.0 * T * n * H);
+                report((std::string(what) + ": backend's choice").c_str(), chosen, 0, 2.0 * T * n * H);
+                be.free_persistent(yall);
+                for (auto& y : ys) be.free_persistent(y);
+                be.free_persistent(wt);
+            };
+            group("group gate|up 2x17408", {I, I});
+            group("group qkv|z|b|a 10240|6144|48|48", {C, Hv * dv, Hv, Hv});
+            group("group q|k|v 12288|1024|1024", {2 * Hq * D, Hkv * D, Hkv * D});
+        }
         report("rmsnorm [T,5120]", time_ms(be, [&] { be.rmsnorm(x, wn, 1e-6f, NormKind::PLUS_ONE, y); }), 4.0 * T * H, 0);
         report("add [T,5120]", time_ms(be, [&] { be.add(x, y, x); }), 6.0 * T * H, 0);
         report("silu_mul [T,17408]", time_ms(be, [&] { be.silu_mul(g, u, g); }), 6.0 * T * I, 0);

@@ -3,6 +3,10 @@
 // both ceilings measured in the same run.
 //
 //   bench_qwen35_27b --random-weights [--out results.json] [--commit SHA] [--decode-steps 32]
+//                    [--prefill-only] [--prefill-tokens T] [--profile]
+// --prefill-only skips the decode figures; --prefill-tokens times only that prompt length; --profile then
+// prints where one prompt's device time goes per op (StepGraph profiling) and the host-side time of the
+// prompt's launches with graphs off against its device time.
 //
 // --random-weights writes a header-only checkpoint of the real geometry (config.json + a sparse
 // model.safetensors whose data region is a hole, so it takes no disk) and loads it with load_model() like any
@@ -211,6 +215,8 @@ int main(int argc, char** argv) {
     bool random_weights = false;
     std::string out_path, commit = "unknown";
     int decode_steps = 32;
+    bool prefill_only = false, profile = false;
+    std::vector<int64_t> prefill_lengths = {512, 4096};
     std::string command = "bench_qwen35_27b";
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -220,8 +226,13 @@ int main(int argc, char** argv) {
         else if (a == "--commit" && i + 1 < argc) commit = argv[++i], command += std::string(" ") + argv[i];
         else if (a == "--decode-steps" && i + 1 < argc) decode_steps = std::stoi(argv[++i]), command += std::string(" ") + argv[i];
         else if (a == "--quant" && i + 1 < argc) g_quant = argv[++i], command += std::string(" ") + argv[i];
+        else if (a == "--prefill-only") prefill_only = true;
+        else if (a == "--profile") profile = true;
+        else if (a == "--prefill-tokens" && i + 1 < argc)
+            prefill_lengths = {std::stoll(argv[++i])}, command += std::string(" ") + argv[i];
         else {
-            std::fprintf(stderr, "usage: bench_qwen35_27b --random-weights [--quant gptq|fp8] [--out FILE] [--commit SHA] [--decode-steps N]\n");
+            std::fprintf(stderr, "usage: bench_qwen35_27b --random-weights [--quant gptq|fp8] [--out FILE] [--commit SHA] [--decode-steps N] "
+                                 "[--prefill-only] [--prefill-tokens T] [--profile]\n");
             return 2;
         }
     }
@@ -265,7 +276,8 @@ int main(int argc, char** argv) {
         std::vector<float> logits;
         std::mt19937 rng(7);
         int32_t tok = 1000;
-        const std::vector<int64_t> contexts = g_quant.empty() ? std::vector<int64_t>{0, 4096, 32768} : std::vector<int64_t>{512};
+        std::vector<int64_t> contexts = g_quant.empty() ? std::vector<int64_t>{0, 4096, 32768} : std::vector<int64_t>{512};
+        if (prefill_only) contexts.clear();
         for (int64_t ctx : contexts) {
             st->n_past = ctx;
             for (int i = 0; i < 3; ++i) model->forward(*st, std::span<const int32_t>(&tok, 1), 1, logits);
@@ -286,7 +298,7 @@ int main(int argc, char** argv) {
             std::printf("decode ctx %6lld: %.2f tok/s, roofline %.2f tok/s (%.2f GB/step), ratio %.3f\n",
                         static_cast<long long>(ctx), tps, roof, bytes / 1e9, tps / roof);
         }
-        if (!g_quant.empty()) {
+        if (!g_quant.empty() && !prefill_only) {
             // One speculative verify step (4 tokens, logits for all 4) over one plain step, at context 512.
             auto step_ms = [&](int T) {
                 std::vector<int32_t> toks(static_cast<size_t>(T), 1000);
@@ -331,7 +343,7 @@ int main(int argc, char** argv) {
         for (const auto& t : tensor_list())
             if (t.shape.size() == 2 && t.name.find("embed_tokens") == std::string::npos && t.name != "lm_head.weight")
                 proj_params += static_cast<double>(t.numel());
-        for (int64_t T : g_quant.empty() ? std::vector<int64_t>{512, 4096} : std::vector<int64_t>{}) {
+        for (int64_t T : g_quant.empty() ? prefill_lengths : std::vector<int64_t>{}) {
             const double gf = gemm_flops(T);
             std::vector<int32_t> prompt(static_cast<size_t>(T));
             for (auto& p : prompt) p = static_cast<int32_t>(rng() % V);
@@ -339,6 +351,10 @@ int main(int argc, char** argv) {
                 st->reset();
                 model->forward(*st, prompt, 1, logits);
             };
+            // Three untimed calls: the first outgrows the scratch arena (reallocated at the next step, so new
+            // addresses), the second runs directly, the third is captured as a graph; the timed ones replay it.
+            // (Two warm-ups, as before 2026-11-30 18:00, left the capture inside the timed calls.)
+            run();
             run();
             run();
             const int reps = 3;
@@ -354,6 +370,33 @@ int main(int argc, char** argv) {
             ratios[k + "_vs_gemm"] = achieved / gf;
             std::printf("prefill %4lld: %.0f tok/s, %.0f matmul TFLOP/s vs cuBLAS %.0f TFLOP/s, ratio %.3f\n",
                         static_cast<long long>(T), T / dt, achieved / 1e12, gf / 1e12, achieved / gf);
+            std::printf("prefill %4lld: %.3f ms per prompt (graph captures %lld, replays %lld so far)\n",
+                        static_cast<long long>(T), dt * 1e3, static_cast<long long>(be.graph_stats().captures),
+                        static_cast<long long>(be.graph_stats().replays));
+            if (profile) {
+                // Host side: graphs off, so every op launches as the model records it; the wall time of the
+                // forward without logits is the host's walk + launches, the synchronize after it the rest.
+                be.set_graphs(false);
+                double host = 0, tail = 0;
+                for (int i = 0; i < 3; ++i) {
+                    st->reset();
+                    be.synchronize();
+                    const double a = now();
+                    model->forward(*st, prompt, 0, logits);
+                    const double b = now();
+                    be.synchronize();
+                    if (i > 0) host += b - a, tail += now() - b;
+                }
+                be.set_graphs(true);
+                std::printf("prefill %4lld without logits, graphs off: host record+launch %.3f ms, then device tail %.3f ms\n",
+                            static_cast<long long>(T), host / 2 * 1e3, tail / 2 * 1e3);
+                metrics[k + "_host_launch_ms"] = host / 2 * 1e3;
+                be.set_profiling(true);
+                run();
+                be.set_profiling(false);
+                std::printf("prefill %4lld per-op device time (one prompt, direct launches):\n%s", static_cast<long long>(T),
+                            be.profile_report().c_str());
+            }
         }
         metrics["memory"] = be.memory_report();
 

@@ -94,6 +94,17 @@ public:
                                   Tensor& out) = 0;
     // out [T, N] = x [T, K] @ w[N, K]^T for a plain (BF16/F16/F32) weight; used by the BF16 Linear.
     virtual void matmul(const Tensor& x, const Tensor& w, Tensor& out) = 0;
+    // ys[i] [T, n_i] = x [T, K] @ (the next n_i rows of w [N, K])^T, the parts covering w in order (a stacked
+    // projection group). Default: one matmul per part; a backend may run one matmul and split its output.
+    // (ys is a pointer and count: CUDA sources include this header as C++17.)
+    virtual void matmul_split(const Tensor& x, const Tensor& w, Tensor* ys, size_t n_ys) {
+        int64_t r0 = 0;
+        for (size_t i = 0; i < n_ys; ++i) {
+            const Tensor rows = w.row_slice(r0, ys[i].cols());
+            matmul(x, rows, ys[i]);
+            r0 += ys[i].cols();
+        }
+    }
     virtual void add_bias(Tensor& x, const Tensor& bias) = 0;  // x [T, N] += bias [N]
 
     // ---- fused ops (decode speed, issue 4) ----

@@ -49,6 +49,12 @@ class DenseLinear final : public Linear {
     void forward_split(Backend& be, const Tensor& x, std::span<Tensor> ys) const override {
         const int64_t K = w_.dim(1);
         int64_t r0 = 0;
+        if (!bias_.data) {
+            for (const Tensor& y : ys) r0 += y.cols();
+            GRIMOIRE_CHECK(r0 == w_.dim(0) && K == x.cols(), "forward_split: parts do not cover the weight");
+            be.matmul_split(x, w_, ys.data(), ys.size());
+            return;
+        }
         for (Tensor& y : ys) {
             const int64_t n = y.cols();
             const Tensor rows = w_.row_slice(r0, n);  // [n, K]: W's rows are contiguous

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_util.h"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/split_cols.h"
 
 namespace grimoire {
 
@@ -22,8 +23,15 @@ constexpr int64_t kMaxAttnHeads = 128, kMaxAttnHeadDim = 256;
 // Op identifiers mixed into each recorded launch's key.
 enum Op : uint64_t {
     OP_H2D = 1, OP_ZERO, OP_COPY, OP_EMBED, OP_RMS, OP_RMSG, OP_ADD, OP_SCALE, OP_MULSIG, OP_SILU, OP_COLS, OP_ROPE,
-    OP_ATTN, OP_CONV, OP_GDN, OP_GEMV, OP_GEMM, OP_BIAS, OP_ARGMAX, OP_SAMPLE, OP_SLOT
+    OP_ATTN, OP_CONV, OP_GDN, OP_GEMV, OP_GEMM, OP_BIAS, OP_ARGMAX, OP_SAMPLE, OP_SLOT, OP_SPLIT
 };
+
+// Rough time of a cuBLAS GEMM [T, K] x [N, K]^T on `n_sm` SMs, in units of one 128x128 output tile's K loop:
+// tiles run in waves of one per SM, so a part with fewer tiles than SMs costs a whole wave.
+double gemm_waves(int64_t T, int64_t N, int n_sm) {
+    const double tiles = std::ceil(static_cast<double>(T) / 128.0) * std::ceil(static_cast<double>(N) / 128.0);
+    return std::ceil(tiles / n_sm);
+}
 
 double now_s() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -49,6 +57,8 @@ CudaBackend::CudaBackend(int dev, DType act) : act_(act) {
     GRIMOIRE_CUDA_CHECK(cudaSetDevice(dev));
     cudaDeviceProp prop{};
     GRIMOIRE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    n_sm_ = prop.multiProcessorCount;
+    if (const char* e = std::getenv("GRIMOIRE_DENSE_SPLIT"); e && std::strcmp(e, "1") == 0) stack_split_ = false;
     name_ = std::string("cuda:") + std::to_string(dev) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
             std::to_string(prop.minor) + ")";
     GRIMOIRE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -285,7 +295,7 @@ void CudaBackend::from_host(Tensor& t, const void* host) {
     }
     void* src = stage(host, n);
     void* dst = t.data;
-    graph_->record(cuda::KeyHasher().add(OP_H2D).add(dst).add(src).add(static_cast<uint64_t>(n)).h,
+    graph_->record("h2d", cuda::KeyHasher().add(OP_H2D).add(dst).add(src).add(static_cast<uint64_t>(n)).h,
                    [=](cudaStream_t s) {
                        GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));
                    });
@@ -296,7 +306,7 @@ const int* CudaBackend::device_int(int64_t value) {
     int* slot = int_slots_ + n_int_slots_++;
     const int v = static_cast<int>(value);
     void* src = stage(&v, sizeof v);
-    graph_->record(cuda::KeyHasher().add(OP_SLOT).add(slot).add(src).h, [=](cudaStream_t s) {
+    graph_->record("slot", cuda::KeyHasher().add(OP_SLOT).add(slot).add(src).h, [=](cudaStream_t s) {
         GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(slot, src, sizeof(int), cudaMemcpyHostToDevice, s));
     });
     return slot;
@@ -305,14 +315,14 @@ const int* CudaBackend::device_int(int64_t value) {
 void CudaBackend::zero(Tensor& t) {
     void* p = t.data;
     const size_t n = t.nbytes();
-    graph_->record(cuda::KeyHasher().add(OP_ZERO).add(p).add(static_cast<uint64_t>(n)).h,
+    graph_->record("zero", cuda::KeyHasher().add(OP_ZERO).add(p).add(static_cast<uint64_t>(n)).h,
                    [=](cudaStream_t s) { GRIMOIRE_CUDA_CHECK(cudaMemsetAsync(p, 0, n, s)); });
 }
 
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {
     if (src.numel() != dst.numel()) throw Error("cuda copy: element counts differ");
     Tensor a = src, b = dst;
-    graph_->record(cuda::KeyHasher().add(OP_COPY).add(a).add(b).h, [=](cudaStream_t s) mutable {
+    graph_->record("copy", cuda::KeyHasher().add(OP_COPY).add(a).add(b).h, [=](cudaStream_t s) mutable {
         if (a.dtype == b.dtype) GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(b.data, a.data, a.nbytes(), cudaMemcpyDeviceToDevice, s));
         else cuda::convert(a, b, s);
     });
@@ -322,49 +332,49 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
 
 void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
     Tensor o = out;
-    graph_->record(cuda::KeyHasher().add(OP_EMBED).add(table).add(ids).add(o).h,
+    graph_->record("embed", cuda::KeyHasher().add(OP_EMBED).add(table).add(ids).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::embedding(table, ids, o, s); });
 }
 
 void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, NormKind kind, Tensor& out) {
     Tensor o = out;
-    graph_->record(cuda::KeyHasher().add(OP_RMS).add(x).add(w).addf(eps).add(static_cast<uint64_t>(kind)).add(o).h,
+    graph_->record("rms", cuda::KeyHasher().add(OP_RMS).add(x).add(w).addf(eps).add(static_cast<uint64_t>(kind)).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::rmsnorm(x, w, eps, kind, o, s); });
 }
 
 void CudaBackend::rmsnorm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out) {
     Tensor o = out;
-    graph_->record(cuda::KeyHasher().add(OP_RMSG).add(x).add(z).add(w).addf(eps).add(o).h,
+    graph_->record("rmsg", cuda::KeyHasher().add(OP_RMSG).add(x).add(z).add(w).addf(eps).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::rmsnorm_gated(x, z, w, eps, o, s); });
 }
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
     Tensor o = out;
-    graph_->record(cuda::KeyHasher().add(OP_ADD).add(a).add(b).add(o).h,
+    graph_->record("add", cuda::KeyHasher().add(OP_ADD).add(a).add(b).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::add(a, b, o, s); });
 }
 
 void CudaBackend::scale(Tensor& x, float v) {
     Tensor t = x;
-    graph_->record(cuda::KeyHasher().add(OP_SCALE).add(t).addf(v).h,
+    graph_->record("scale", cuda::KeyHasher().add(OP_SCALE).add(t).addf(v).h,
                    [=](cudaStream_t s) mutable { cuda::scale(t, v, s); });
 }
 
 void CudaBackend::mul_sigmoid(Tensor& x, const Tensor& gate) {
     Tensor t = x;
-    graph_->record(cuda::KeyHasher().add(OP_MULSIG).add(t).add(gate).h,
+    graph_->record("mulsig", cuda::KeyHasher().add(OP_MULSIG).add(t).add(gate).h,
                    [=](cudaStream_t s) mutable { cuda::mul_sigmoid(t, gate, s); });
 }
 
 void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
     Tensor o = out;
-    graph_->record(cuda::KeyHasher().add(OP_SILU).add(gate).add(up).add(o).h,
+    graph_->record("silu", cuda::KeyHasher().add(OP_SILU).add(gate).add(up).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::silu_mul(gate, up, o, s); });
 }
 
 void CudaBackend::copy_cols(const Tensor& src, int64_t c0, Tensor& out) {
     Tensor o = out;
-    graph_->record(cuda::KeyHasher().add(OP_COLS).add(src).add(static_cast<uint64_t>(c0)).add(o).h,
+    graph_->record("cols", cuda::KeyHasher().add(OP_COLS).add(src).add(static_cast<uint64_t>(c0)).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::copy_cols(src, c0, o, s); });
 }
 
@@ -374,7 +384,7 @@ void CudaBackend::rope(Tensor& x, const Tensor& positions, const RopeParams& p) 
     k.add(OP_ROPE).add(t).add(positions).add(static_cast<uint64_t>(p.rot_dim)).add(static_cast<uint64_t>(p.neox));
     k.addf(p.attn_factor);
     for (float f : p.inv_freq) k.addf(f);
-    graph_->record(k.h, [=](cudaStream_t s) mutable { cuda::rope(t, positions, p, s); });
+    graph_->record("rope", k.h, [=](cudaStream_t s) mutable { cuda::rope(t, positions, p, s); });
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
@@ -393,12 +403,12 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, T
     cuda::KeyHasher key;
     key.add(OP_ATTN).add(q).add(k).add(v).add(kc).add(vc).add(o).addf(scale).add(a.n_past_dev);
     if (!a.n_past_dev) key.add(static_cast<uint64_t>(n_past));
-    graph_->record(key.h, [=](cudaStream_t s) mutable { cuda::attention(q, k, v, kc, vc, a, o, s); });
+    graph_->record("attention", key.h, [=](cudaStream_t s) mutable { cuda::attention(q, k, v, kc, vc, a, o, s); });
 }
 
 void CudaBackend::conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& out) {
     Tensor st = state, o = out;
-    graph_->record(cuda::KeyHasher().add(OP_CONV).add(x).add(w).add(st).add(o).h,
+    graph_->record("conv", cuda::KeyHasher().add(OP_CONV).add(x).add(w).add(st).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::conv1d_silu(x, w, st, o, s); });
 }
 
@@ -409,7 +419,7 @@ void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tenso
     // The chunked prefill form needs a workspace of per-chunk matrices (scratch, so it is reused per step).
     const size_t wsb = q.ndim == 3 && v.ndim == 3 ? cuda::gated_delta_rule_ws_bytes(q.dim(0), v.dim(1), q.dim(2), v.dim(2)) : 0;
     void* ws = wsb ? mem_->scratch(wsb) : nullptr;
-    graph_->record(cuda::KeyHasher().add(OP_GDN).add(q).add(k).add(v).add(a).add(b).add(A_log).add(dt_bias).add(st).add(o).add(ws).h,
+    graph_->record("gdn", cuda::KeyHasher().add(OP_GDN).add(q).add(k).add(v).add(a).add(b).add(A_log).add(dt_bias).add(st).add(o).add(ws).h,
                    [=](cudaStream_t s) mutable {
                        cuda::gated_delta_rule(q, k, v, a, b, A_log, dt_bias, st, o, ws, wsb, s);
                    });
@@ -433,8 +443,13 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& out) {
                     " vs " + std::to_string(w.ndim == 2 ? w.dim(1) : -1) + ")");
     const int64_t T = x.rows(), N = w.dim(0);
     Tensor o = out.view({T, N});
+    const auto tag = [&](const char* what) {
+        if (!graph_->profiling()) return what;
+        return graph_->intern(std::string(what) + " T" + std::to_string(T) + " N" + std::to_string(N) + " K" +
+                              std::to_string(x.cols()));
+    };
     if (T <= cuda::kGemvMaxT) {
-        graph_->record(cuda::KeyHasher().add(OP_GEMV).add(x).add(w).add(o).h,
+        graph_->record(tag("gemv"), cuda::KeyHasher().add(OP_GEMV).add(x).add(w).add(o).h,
                        [=](cudaStream_t s) mutable { cuda::gemv(x, w, o, s); });
         return;
     }
@@ -447,7 +462,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& out) {
     Tensor gout = o;
     const bool direct_out = o.dtype == wt.dtype || o.dtype == DType::F32;
     if (!direct_out) gout = scratch(DType::F32, {T, N});
-    graph_->record(cuda::KeyHasher().add(OP_GEMM).add(x).add(xin).add(w).add(wt).add(gout).add(o).h,
+    graph_->record(tag("gemm"), cuda::KeyHasher().add(OP_GEMM).add(x).add(xin).add(w).add(wt).add(gout).add(o).h,
                    [=, this](cudaStream_t s) mutable {
                        if (wt.data != w.data) cuda::convert(w, wt, s);
                        if (xin.data != x.data) cuda::convert(x, xin, s);
@@ -456,22 +471,49 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& out) {
                    });
 }
 
+void CudaBackend::matmul_split(const Tensor& x, const Tensor& w, Tensor* ys, size_t n_ys) {
+    const int64_t T = x.rows(), N = w.ndim == 2 ? w.dim(0) : 0, K = x.cols();
+    bool one = stack_split_ && T > cuda::kGemvMaxT && n_ys >= 2 && n_ys <= static_cast<size_t>(cuda::kMaxSplitCols);
+    for (size_t i = 0; i < n_ys; ++i) one = one && ys[i].dtype == act_ && ys[i].rows() == T;
+    if (one) {
+        // One GEMM + the split's copy (read + write of [T, N]) against a GEMM per part: the stacked GEMM wins
+        // where narrow parts waste partial waves (DeltaNet b / a, N = 48; attention k / v, N = 1024; z at
+        // T = 512), the per-part GEMMs where every part already fills the GPU (gate | up).
+        double per_part = 0;
+        for (size_t i = 0; i < n_ys; ++i) per_part += gemm_waves(T, ys[i].cols(), n_sm_);
+        // One tile's K loop at ~7.5 TFLOP/s per SM; the copy at ~3 TB/s.
+        const double tile_s = 2.0 * 128 * 128 * static_cast<double>(K) / 7.5e12;
+        const double copy_s = 2.0 * static_cast<double>(T * N) * static_cast<double>(dtype_size(act_)) / 3e12;
+        one = gemm_waves(T, N, n_sm_) * tile_s + copy_s < per_part * tile_s;
+    }
+    if (!one) return Backend::matmul_split(x, w, ys, n_ys);
+    Tensor y = scratch(act_, {T, w.dim(0)});  // [T, N] act
+    matmul(x, w, y);
+    std::vector<Tensor> parts(ys, ys + n_ys);
+    cuda::KeyHasher key;
+    key.add(OP_SPLIT).add(y);
+    for (const Tensor& p : parts) key.add(p);
+    graph_->record("split_cols", key.h, [y, parts](cudaStream_t s) {
+        cuda::split_cols(y, parts.data(), static_cast<int>(parts.size()), s);
+    });
+}
+
 void CudaBackend::add_bias(Tensor& x, const Tensor& bias) {
     Tensor t = x;
-    graph_->record(cuda::KeyHasher().add(OP_BIAS).add(t).add(bias).h,
+    graph_->record("bias", cuda::KeyHasher().add(OP_BIAS).add(t).add(bias).h,
                    [=](cudaStream_t s) mutable { cuda::add_bias(t, bias, s); });
 }
 
 void CudaBackend::argmax(const Tensor& logits, Tensor& out) {
     Tensor o = out;
-    graph_->record(cuda::KeyHasher().add(OP_ARGMAX).add(logits).add(o).h,
+    graph_->record("argmax", cuda::KeyHasher().add(OP_ARGMAX).add(logits).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::argmax(logits, o, s); });
 }
 
 void CudaBackend::sample(const Tensor& logits, const Tensor& uniform, float temperature, int top_k, float top_p,
                          Tensor& out) {
     Tensor o = out;
-    graph_->record(cuda::KeyHasher().add(OP_SAMPLE).add(logits).add(uniform).addf(temperature)
+    graph_->record("sample", cuda::KeyHasher().add(OP_SAMPLE).add(logits).add(uniform).addf(temperature)
                        .add(static_cast<uint64_t>(top_k)).addf(top_p).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::sample(logits, uniform, temperature, top_k, top_p, o, s); });
 }
@@ -498,7 +540,7 @@ void CudaBackend::add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float
         return;
     }
     Tensor t = x, o = out;
-    graph_->record(cuda::KeyHasher().add(OP_ADD_RMS).add(t).add(y).add(w).addf(eps).add(static_cast<uint64_t>(kind)).add(o).h,
+    graph_->record("add_rms", cuda::KeyHasher().add(OP_ADD_RMS).add(t).add(y).add(w).addf(eps).add(static_cast<uint64_t>(kind)).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::add_rmsnorm(t, y, w, eps, kind, o, s); });
 }
 
@@ -529,7 +571,7 @@ void CudaBackend::gated_attention_core(const Tensor& qg, Tensor& k, const Tensor
     key.addf(rope_p.attn_factor);
     for (float f : rope_p.inv_freq) key.addf(f);
     // The position (and so the length) is read from positions[0] on the device: no per-step slot.
-    graph_->record(key.h, [=](cudaStream_t s) mutable {
+    graph_->record("gattn_decode", key.h, [=](cudaStream_t s) mutable {
         cuda::gated_attention_decode(qg, k, v, q_norm, k_norm, eps, positions, rope_p, kc, vc, scale, q_ws, ws, wsb, o, s);
     });
 }
@@ -549,7 +591,7 @@ void CudaBackend::gdn_core(const Tensor& mixed, const Tensor& conv_w, Tensor& co
     Tensor conv = scratch(act_, {T, C});
     conv1d_silu(mixed, conv_w, conv_state, conv);
     Tensor st = state, o = out;
-    graph_->record(cuda::KeyHasher().add(OP_GDN_CORE).add(conv).add(a).add(b).add(A_log).add(dt_bias).add(st).add(z)
+    graph_->record("gdn_core", cuda::KeyHasher().add(OP_GDN_CORE).add(conv).add(a).add(b).add(A_log).add(dt_bias).add(st).add(z)
                        .add(norm_w).addf(eps).add(static_cast<uint64_t>(Hk)).add(o).h,
                    [=](cudaStream_t s) mutable {
                        cuda::gdn_step_fused(conv, a, b, A_log, dt_bias, st, z, norm_w, eps, Hk, o, s);

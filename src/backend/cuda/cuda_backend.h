@@ -69,6 +69,12 @@ public:
     void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
                           const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out) override;
     void matmul(const Tensor& x, const Tensor& w, Tensor& out) override;
+    // Prompts: where a wave model says so, one GEMM over the whole stacked weight into scratch, then one
+    // split_cols launch (a GEMM per part ran narrow parts such as DeltaNet's b / a, N = 48, or k / v,
+    // N = 1024, at a fraction of the tensor cores). GRIMOIRE_DENSE_SPLIT=1 / set_stack_split(false): always a
+    // GEMM per part (the earlier path, for before/after figures).
+    void matmul_split(const Tensor& x, const Tensor& w, Tensor* ys, size_t n_ys) override;
+    void set_stack_split(bool on) { stack_split_ = on; }
     void add_bias(Tensor& x, const Tensor& bias) override;
 
     // ---- fused ops (decode: one kernel per op, or two/three for the attention and DeltaNet cores; prompts of
@@ -88,6 +94,9 @@ public:
     void set_graphs(bool on) { graph_->set_enabled(on); }
     bool graphs() const { return graph_->enabled(); }
     const cuda::StepGraph::Stats& graph_stats() const { return graph_->stats(); }
+    // Per-op device times of the steps flushed while on (see StepGraph::set_profiling); the report clears them.
+    void set_profiling(bool on) { graph_->set_profiling(on); }
+    std::string profile_report() { return graph_->profile_report(); }
     void set_random_weights(uint64_t seed) { random_seed_ = seed; }
     // "weights X GiB, state ..., workspace ..., scratch ..." for banners.
     std::string memory_report() const;
@@ -96,7 +105,9 @@ public:
     // ---- hooks for the quantized linears (src/backend/cuda/quant_linear.cpp) ----
     bool random_weights() const override { return random_seed_.has_value(); }
     // Records a launch like the built-in ops do (runs now when graphs are off, else at the next sync point).
-    void record(uint64_t key, std::function<void(cudaStream_t)> fn) { graph_->record(key, std::move(fn)); }
+    void record(uint64_t key, std::function<void(cudaStream_t)> fn, const char* tag = "quant") {
+        graph_->record(key, std::move(fn), tag);
+    }
     // Persistent device buffer in the weights pool, filled from `host` (or left uninitialised when null).
     void* weight_buffer(size_t bytes, const void* host);
     // Workspaces every quantized linear shares (ops run one after another on one stream). reserve_* grow them
@@ -131,6 +142,8 @@ private:
     void* cublas_ws_ = nullptr;
     int* int_slots_ = nullptr;  // device ints for per-step scalars
     int n_int_slots_ = 0;
+    int n_sm_ = 132;
+    bool stack_split_ = true;
     std::optional<uint64_t> random_seed_;
     struct WsBuf {
         void* ptr = nullptr;

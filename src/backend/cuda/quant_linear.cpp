@@ -87,7 +87,7 @@ class CudaQuantLinear : public Linear {
 
     // A stacked group's parts (ys[i] [M, w_i] act dtype). M <= 16: the kernel over the whole stacked weight,
     // then ONE launch that splits its [M, N] output into the parts. Prefill: the weight is dequantized ONCE and
-    // each part runs a cuBLAS GEMM over its row range of the dequantized matrix (no [M, N] scratch, no copies).
+    // CudaBackend::matmul_split runs cuBLAS over the dequantized matrix (one GEMM + split, or one per row range).
     void forward_split(Backend& be, const Tensor& x, std::span<Tensor> ys) const override {
         CudaBackend& cb = cuda_of(be);
         if (x.rows() <= cuda::kQmmMaxM && wdt_ == DType::BF16 && qmm_ok_) {
@@ -107,6 +107,12 @@ class CudaQuantLinear : public Linear {
         cb.record(cuda::KeyHasher().add(kOpDequant).add(w).add(id()).h,
                   [this, w](cudaStream_t s) { run_dequant(w.data, w.dtype, s); });
         int64_t r0 = 0;
+        if (!bias_.data) {  // the backend picks one GEMM + split or a GEMM per part (CudaBackend::matmul_split)
+            for (const Tensor& y : ys) r0 += y.cols();
+            GRIMOIRE_CHECK(r0 == N_, "quantized forward_split: parts do not cover the weight");
+            cb.matmul_split(x, w, ys.data(), ys.size());
+            return;
+        }
         for (Tensor& y : ys) {
             const int64_t n = y.cols();
             GRIMOIRE_CHECK(y.rows() == x.rows() && r0 + n <= N_, "quantized forward_split: parts do not fit");

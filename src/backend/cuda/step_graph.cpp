@@ -1,5 +1,8 @@
 #include "backend/cuda/step_graph.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/cuda_util.h"
@@ -22,13 +25,28 @@ KeyHasher& KeyHasher::add(const Tensor& t) {
     return *this;
 }
 
+StepGraph::StepGraph(cudaStream_t stream) : stream_(stream) {
+    if (const char* e = std::getenv("GRIMOIRE_PROFILE_OPS"); e && std::strcmp(e, "1") == 0) profiling_ = true;
+}
+
+StepGraph::~StepGraph() {
+    clear_cache();
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+}
+
+void StepGraph::set_profiling(bool on) {
+    flush();
+    profiling_ = on;
+}
+
 void StepGraph::set_enabled(bool on) {
     flush();
     enabled_ = on;
 }
 
-void StepGraph::record(uint64_t key, Fn fn) {
-    if (!enabled_) {
+void StepGraph::record(uint64_t key, Fn fn, const char* tag) {
+    if (profiling_) tags_.push_back(tag);
+    if (!enabled_ && !profiling_) {
         fn(stream_);
         return;
     }
@@ -41,8 +59,58 @@ void StepGraph::run_direct() {
     ++stats_.direct_steps;
 }
 
+void StepGraph::run_profiled() {
+    while (events_.size() < ops_.size() + 1) {
+        cudaEvent_t e;
+        GRIMOIRE_CUDA_CHECK(cudaEventCreate(&e));
+        events_.push_back(e);
+    }
+    for (size_t i = 0; i < ops_.size(); ++i) {
+        GRIMOIRE_CUDA_CHECK(cudaEventRecord(events_[i], stream_));
+        ops_[i](stream_);
+    }
+    GRIMOIRE_CUDA_CHECK(cudaEventRecord(events_[ops_.size()], stream_));
+    GRIMOIRE_CUDA_CHECK(cudaEventSynchronize(events_[ops_.size()]));
+    for (size_t i = 0; i < ops_.size(); ++i) {
+        float ms = 0;
+        GRIMOIRE_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+        Acc& a = prof_[i < tags_.size() ? tags_[i] : "?"];
+        a.calls++;
+        a.ms += ms;
+    }
+    ++stats_.direct_steps;
+}
+
+std::string StepGraph::profile_report() {
+    flush();
+    std::vector<std::pair<std::string, Acc>> v(prof_.begin(), prof_.end());
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    double total = 0;
+    for (const auto& [t, a] : v) total += a.ms;
+    std::string out;
+    char line[256];
+    std::snprintf(line, sizeof line, "%-48s %6s %10s %10s\n", "op", "calls", "total ms", "ms/call");
+    out += line;
+    for (const auto& [t, a] : v) {
+        std::snprintf(line, sizeof line, "%-48s %6lld %10.3f %10.4f\n", t.c_str(), static_cast<long long>(a.calls),
+                      a.ms, a.ms / static_cast<double>(a.calls));
+        out += line;
+    }
+    std::snprintf(line, sizeof line, "%-48s %6s %10.3f\n", "sum", "", total);
+    out += line;
+    prof_.clear();
+    return out;
+}
+
 void StepGraph::flush() {
     if (ops_.empty()) return;
+    if (profiling_) {  // recorded even with graphs off (see record)
+        run_profiled();
+        ops_.clear();
+        tags_.clear();
+        hash_ = KeyHasher{};
+        return;
+    }
     const uint64_t key = hash_.add(static_cast<uint64_t>(ops_.size())).h;
     Entry& e = cache_[key];
     if (e.exec) {

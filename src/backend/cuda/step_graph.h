@@ -11,6 +11,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <set>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -34,16 +37,18 @@ struct KeyHasher {
 class StepGraph {
 public:
     using Fn = std::function<void(cudaStream_t)>;
-    explicit StepGraph(cudaStream_t stream) : stream_(stream) {}
-    ~StepGraph() { clear_cache(); }
+    explicit StepGraph(cudaStream_t stream);
+    ~StepGraph();
     StepGraph(const StepGraph&) = delete;
     StepGraph& operator=(const StepGraph&) = delete;
 
     bool enabled() const { return enabled_; }
     void set_enabled(bool on);
     bool pending() const { return !ops_.empty(); }
-    // With graphs disabled the op runs immediately; otherwise it is recorded until flush().
-    void record(uint64_t key, Fn fn);
+    // With graphs disabled the op runs immediately; otherwise it is recorded until flush(). `tag` names the op
+    // in the profile (a string that outlives the step: a literal or intern()).
+    void record(uint64_t key, Fn fn, const char* tag = "op");
+    void record(const char* tag, uint64_t key, Fn fn) { record(key, std::move(fn), tag); }
     void flush();
     void clear_cache();
 
@@ -52,6 +57,16 @@ public:
     };
     const Stats& stats() const { return stats_; }
 
+    // Per-op device time, for attributing a step (GRIMOIRE_PROFILE_OPS=1 or set_profiling): every flushed
+    // step then runs directly (no graph) with an event between consecutive ops, and the time from one event to
+    // the next is charged to the op's tag. The GPU must not wait for the host for the figures to be device
+    // times: launches are queued faster than the kernels run for the large ops this is for.
+    void set_profiling(bool on);
+    bool profiling() const { return profiling_; }
+    const char* intern(const std::string& s) { return profiling_ ? intern_.insert(s).first->c_str() : "op"; }
+    // "tag: calls, total ms, ms per call" by total time, then clears the accumulated figures.
+    std::string profile_report();
+
 private:
     struct Entry {
         int seen = 0;
@@ -59,6 +74,7 @@ private:
         bool uncapturable = false;
     };
     void run_direct();
+    void run_profiled();
 
     cudaStream_t stream_;
     bool enabled_ = true;
@@ -66,6 +82,15 @@ private:
     KeyHasher hash_;
     std::unordered_map<uint64_t, Entry> cache_;
     Stats stats_;
+    bool profiling_ = false;
+    std::vector<const char*> tags_;
+    std::vector<cudaEvent_t> events_;
+    std::set<std::string> intern_;
+    struct Acc {
+        int64_t calls = 0;
+        double ms = 0;
+    };
+    std::map<std::string, Acc> prof_;
 };
 
 }  // namespace grimoire::cuda

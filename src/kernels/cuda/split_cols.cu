@@ -24,6 +24,23 @@ __global__ void split_cols_kernel(const void* src, int dt, int64_t C, int64_t to
     }
 }
 
+// Prompt-sized splits (a stacked projection's [T, N] output): 16-byte vectors, one row per blockIdx.y, so no
+// 64-bit division per element. Offsets and widths are in vectors.
+__global__ void split_cols_vec_kernel(const uint4* __restrict__ src, int64_t C, SplitArgs a) {
+    const int64_t r = blockIdx.y;
+    for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < C;
+         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        int p = 0;
+        while (p + 1 < a.n && c >= a.c0[p + 1]) ++p;
+        const int64_t w = a.c0[p + 1] - a.c0[p];
+        static_cast<uint4*>(a.out[p])[r * w + (c - a.c0[p])] = src[r * C + c];
+    }
+}
+
+bool vec_ok(const void* p, int64_t cols, size_t es) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (static_cast<size_t>(cols) * es) % 16 == 0;
+}
+
 }  // namespace
 
 void split_cols(const Tensor& src, const Tensor* outs, int n_outs, cudaStream_t s) {
@@ -41,6 +58,19 @@ void split_cols(const Tensor& src, const Tensor* outs, int n_outs, cudaStream_t 
     }
     if (a.c0[a.n] != C) throw Error("cuda split_cols: the outputs' columns do not add up to src's");
     if (R * C == 0) return;
+    const size_t es = dtype_size(src.dtype);
+    bool vec = R <= 65535 && vec_ok(src.data, C, es);
+    for (int p = 0; p < n_outs; ++p) vec = vec && vec_ok(outs[p].data, outs[p].cols(), es);
+    if (vec) {
+        const int64_t per = 16 / static_cast<int64_t>(es);
+        SplitArgs v = a;
+        for (int p = 0; p <= n_outs; ++p) v.c0[p] = a.c0[p] / per;
+        const int64_t Cv = C / per;
+        const dim3 grid(static_cast<unsigned>((Cv + 255) / 256), static_cast<unsigned>(R));
+        split_cols_vec_kernel<<<grid, 256, 0, s>>>(static_cast<const uint4*>(src.data), Cv, v);
+        check_launch("split_cols");
+        return;
+    }
     split_cols_kernel<<<grid_for(R * C, 256), 256, 0, s>>>(src.data, dt_code(src.dtype, "split_cols", "src"), C,
                                                            R * C, a);
     check_launch("split_cols");
