@@ -106,6 +106,16 @@ TEST(CudaKernels, ElementwiseOps) {
             b.gpu->silu_mul(ag, bg, og);
             expect_close(get(*b.gpu, og), get(*b.cpu, oc), 1e-3, kRtolBf16, "silu_mul" + t);
         }
+        {  // a width that is a multiple of 8: the 16-byte BF16 path
+            const int64_t N8 = 344;
+            const auto x8 = rand_bf16(static_cast<size_t>(T * N8), 17, -4, 4), y8 = rand_bf16(static_cast<size_t>(T * N8), 18, -4, 4);
+            Tensor ac = put(*b.cpu, x8, DType::F32, {T, N8}), bc = put(*b.cpu, y8, DType::F32, {T, N8});
+            Tensor ag = put(*b.gpu, x8, DType::BF16, {T, N8}), bg = put(*b.gpu, y8, DType::BF16, {T, N8});
+            Tensor oc = b.cpu->scratch(DType::F32, {T, N8}), og = b.gpu->scratch(DType::BF16, {T, N8});
+            b.cpu->silu_mul(ac, bc, oc);
+            b.gpu->silu_mul(ag, bg, og);
+            expect_close(get(*b.gpu, og), get(*b.cpu, oc), 1e-3, kRtolBf16, "silu_mul x8" + t);
+        }
         {
             Tensor ac = C(x), gc = C(y), ag = G(x), gg = G(y);
             b.cpu->mul_sigmoid(ac, gc);

@@ -71,8 +71,8 @@ public:
     void matmul(const Tensor& x, const Tensor& w, Tensor& out) override;
     // Prompts: where a wave model says so, one GEMM over the whole stacked weight into scratch, then one
     // split_cols launch (a GEMM per part ran narrow parts such as DeltaNet's b / a, N = 48, or k / v,
-    // N = 1024, at a fraction of the tensor cores). Off by default until measured: GRIMOIRE_DENSE_STACK=1 or
-    // set_stack_split(true) turns it on; off, every part runs its own GEMM (the earlier path).
+    // N = 1024, at a fraction of the tensor cores). On by default; GRIMOIRE_DENSE_STACK=0 or
+    // set_stack_split(false) turns it off: every part then runs its own GEMM (the earlier path).
     void matmul_split(const Tensor& x, const Tensor& w, Tensor* ys, size_t n_ys) override;
     void set_stack_split(bool on) { stack_split_ = on; }
     void add_bias(Tensor& x, const Tensor& bias) override;
@@ -143,7 +143,7 @@ private:
     int* int_slots_ = nullptr;  // device ints for per-step scalars
     int n_int_slots_ = 0;
     int n_sm_ = 132;
-    bool stack_split_ = false;
+    bool stack_split_ = true;
     std::optional<uint64_t> random_seed_;
     struct WsBuf {
         void* ptr = nullptr;
