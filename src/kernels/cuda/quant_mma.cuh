@@ -219,10 +219,12 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
     bool zfull = false;
     auto point = [&]() {  // pointers for chunk ic of column block icb
         const int n0w = (icb * kNtPerBlock + warp * kNtPerWarp) * 16;
+        if constexpr (!reg_weights(FP8)) {  // register weights keep their own cursor (load_regs)
 #pragma unroll
-        for (int j = 0; j < kNtPerWarp; ++j) {
-            const int nt = min(icb * kNtPerBlock + warp * kNtPerWarp + j, a.NT - 1);  // past N: read, never stored
-            src[j] = wbase + (tile_index(nt, ic, a.NT, KC) * 32 + lane) * VEC;
+            for (int j = 0; j < kNtPerWarp; ++j) {
+                const int nt = min(icb * kNtPerBlock + warp * kNtPerWarp + j, a.NT - 1);  // past N: read, never stored
+                src[j] = wbase + (tile_index(nt, ic, a.NT, KC) * 32 + lane) * VEC;
+            }
         }
         if constexpr (GK == 0) {
             ig = a.G <= 1 ? 0 : ic / cpg;
@@ -297,8 +299,10 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
                 ++icb;
                 if (iw < w1) point();
             } else {
+                if constexpr (!reg_weights(FP8)) {
 #pragma unroll
-                for (int j = 0; j < kNtPerWarp; ++j) src[j] += static_cast<int64_t>(a.NT) * 32 * VEC;  // next chunk
+                    for (int j = 0; j < kNtPerWarp; ++j) src[j] += static_cast<int64_t>(a.NT) * 32 * VEC;  // next chunk
+                }
                 if constexpr (GK == 0) {
                     if (--irem == 0) ++ig, irem = cpg;
                 } else {
@@ -320,18 +324,21 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
     // saturates the MIO pipe (ncu: short-scoreboard and MIO-throttle stalls), so its weights are loaded straight
     // into registers one step ahead instead: wcur holds step w, wnext step w + 1.
     uint4 wcur[kNtPerWarp][VEC], wnext[kNtPerWarp][VEC];
-    auto load_regs = [&](uint4 (&dst)[kNtPerWarp][VEC], int v) {  // the weights of step v
-        if (v >= w1) return;
-        const int cb = v / KC, c = v - cb * KC;
+    // The loads walk the block's steps in order from w0: column block rcb, chunk rc of step rv.
+    int rv = w0, rcb = w0 / KC, rc = w0 - rcb * KC;
+    auto load_regs = [&](uint4 (&dst)[kNtPerWarp][VEC]) {  // the weights of step rv, then the next step
+        if (rv >= w1) return;
 #pragma unroll
         for (int j = 0; j < kNtPerWarp; ++j) {
-            const int nt = min(cb * kNtPerBlock + warp * kNtPerWarp + j, a.NT - 1);
-            const uint4* p = wbase + (tile_index(nt, c, a.NT, KC) * 32 + lane) * VEC;
+            const int nt = min(rcb * kNtPerBlock + warp * kNtPerWarp + j, a.NT - 1);
+            const uint4* p = wbase + (tile_index(nt, rc, a.NT, KC) * 32 + lane) * VEC;
 #pragma unroll
             for (int u = 0; u < VEC; ++u) dst[j][u] = ld_stream(p + u);
         }
+        ++rv;
+        if (++rc == KC) rc = 0, ++rcb;
     };
-    if constexpr (reg_weights(FP8)) load_regs(wcur, w0);
+    if constexpr (reg_weights(FP8)) load_regs(wcur);
 
     int cslot = 0;  // ring stage of step w
     int w = w0;
@@ -360,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
 
             uint4 q[kNtPerWarp][VEC];
             if constexpr (reg_weights(FP8)) {
-                load_regs(wnext, w + 1);
+                load_regs(wnext);  // step w + 1
 #pragma unroll
                 for (int j = 0; j < kNtPerWarp; ++j)
 #pragma unroll
