@@ -304,6 +304,18 @@ TEST(CudaQmmStreamK, AnyGridSizeGivesTheSameResult) {
                 }
             EXPECT_EQ(bad, 0u) << "M " << M << " blocks " << blocks;
         }
+        // Split column blocks are summed by whichever grid block arrives last, in a fixed order, so repeated
+        // launches (back to back, overlapping through programmatic dependent launch on Hopper) must give
+        // bit-identical results and leave the arrival counters at zero for the next launch.
+        std::vector<uint32_t> first;
+        for (int rep = 0; rep < 6; ++rep) {
+            ASSERT_EQ(cudaMemset(y.data, 0xff, static_cast<size_t>(M * N) * 4), cudaSuccess);
+            cuda::qmm_int4(d, x, y, ws, nullptr, rep < 3 ? 0 : 7);
+            std::vector<uint32_t> got(static_cast<size_t>(M * N));
+            ASSERT_EQ(cudaMemcpy(got.data(), y.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+            if (rep == 0 || rep == 3) first = got;
+            else EXPECT_EQ(got, first) << "M " << M << " launch " << rep;
+        }
         cudaFree(x.data);
         cudaFree(y.data);
     }

@@ -83,7 +83,30 @@ void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_
     if (blocks > a.W) blocks = a.W;
     if (static_cast<size_t>(blocks) * 2 * a.M * qmm::kColBlock * 4 > partials_region())
         throw Error("cuda qmm: more grid blocks than the partials workspace holds");
+#if GRIMOIRE_QMM_PDL
+    // Programmatic dependent launch on Hopper (GRIMOIRE_QMM_PDL=0 in the environment turns it off): the weight
+    // prefetch and the launch itself overlap the previous kernel's tail.
+    static const bool pdl = [] {
+        const char* e = std::getenv("GRIMOIRE_QMM_PDL");
+        int dev = 0, major = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        return major >= 9 && !(e && std::atoi(e) == 0);
+    }();
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+    cfg.blockDim = dim3(qmm::kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, kernel, a);
+#else
     kernel<<<static_cast<unsigned>(blocks), qmm::kThreads, smem, s>>>(a);
+#endif
 }
 
 template <bool FP8, bool ASYM>
@@ -162,5 +185,12 @@ void qmm_fp8(const Fp8Dev& w, const Tensor& x, Tensor& y, const QmmWorkspace& ws
     launch_gk<true, false>(a, ws, forced, s);
     check_launch("qmm_fp8");
 }
+
+#ifdef GRIMOIRE_QMM_TRACE
+// Diagnostic builds: the per-block timeline of the last launch, [kTraceBlocks][kTracePoints].
+void qmm_trace_read(unsigned long long* out) {
+    cudaMemcpyFromSymbol(out, qmm::g_trace, sizeof(qmm::g_trace));
+}
+#endif
 
 }  // namespace grimoire::cuda

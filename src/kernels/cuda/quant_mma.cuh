@@ -43,8 +43,39 @@
 #ifndef GRIMOIRE_QMM_MIN_BLOCKS
 #define GRIMOIRE_QMM_MIN_BLOCKS 0
 #endif
+// Programmatic dependent launch (sm_90): the grid may start while its predecessor still runs (the launcher sets
+// the attribute on Hopper); each block prefetches into L2 the weights of its first GRIMOIRE_QMM_PDL_PF steps
+// (they depend on nothing) and only then waits for the predecessor's results (x, and the workspace a previous
+// qmm may still be reducing). Without the attribute the wait returns at once.
+#ifndef GRIMOIRE_QMM_PDL
+#define GRIMOIRE_QMM_PDL 1
+#endif
+#ifndef GRIMOIRE_QMM_PDL_PF
+#define GRIMOIRE_QMM_PDL_PF 4
+#endif
 
 namespace grimoire::cuda::qmm {
+
+#ifdef GRIMOIRE_QMM_TRACE
+// Diagnostic: %globaltimer at fixed points of each block of the last launch (entry, after the dependency wait,
+// first chunk landed, main loop done, exit) and its SM.
+constexpr int kTraceBlocks = 4096, kTracePoints = 6;
+__device__ unsigned long long g_trace[kTraceBlocks][kTracePoints];
+__device__ __forceinline__ void trace(int i) {
+    if (threadIdx.x == 0 && blockIdx.x < kTraceBlocks) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        g_trace[blockIdx.x][i] = t;
+        if (i == 0) {
+            unsigned sm;
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+            g_trace[blockIdx.x][5] = sm;
+        }
+    }
+}
+#else
+__device__ __forceinline__ void trace(int) {}
+#endif
 
 constexpr int kWarps = 4;
 constexpr int kNtPerWarp = 4;  // n-tiles per warp: shares each B fragment and the per-k-tile bookkeeping
@@ -193,6 +224,25 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
     const int KC = a.KC;
     const int cpg = a.G <= 1 ? KC : max(1, a.gs / 64);  // GK = 0: chunks per scale group
     char* ring = reinterpret_cast<char*>(smem_u4) + warp * S * a.stage;  // this warp's S stages
+    trace(0);
+#if GRIMOIRE_QMM_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+    {
+        const uint4* wb = reinterpret_cast<const uint4*>(a.words);
+        int cb = w0 / KC, c0 = w0 - cb * KC;
+        for (int i = 0; i < GRIMOIRE_QMM_PDL_PF && w0 + i < w1; ++i) {
+#pragma unroll
+            for (int j = 0; j < kNtPerWarp; ++j) {
+                const int nt = min(cb * kNtPerBlock + warp * kNtPerWarp + j, a.NT - 1);
+                const uint4* p = wb + (tile_index(nt, c0, a.NT, KC) * 32 + lane) * vec(FP8);
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+            }
+            if (++c0 == KC) c0 = 0, ++cb;
+        }
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    trace(1);
 
     // ---- issue side: step iw (column block icb, chunk ic) goes to stage islot, S - 1 steps ahead of the math.
     // What each lane copies is fixed per launch (x pieces) or per column block (scale / zero pieces): the
@@ -362,6 +412,7 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
             issue();
             cp_async_wait<S - 1>();  // this lane's copies of step w have landed
             __syncwarp();            // and so have the x / scale pieces the other lanes copied
+            if (w == w0) trace(2);
             const char* st = ring + cslot * a.stage;
             cslot = cslot + 1 == S ? 0 : cslot + 1;
 
@@ -471,6 +522,7 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
         }
 
         // ---- this column block: written directly when this grid block did all of it, else a partial.
+        if (w == w1) trace(3);
         const bool whole = seg_begin == nb * KC && seg_end == (nb + 1) * KC;
         const int pslot = seg_begin == w0 ? 0 : 1;
         float* part = a.partials + (static_cast<int64_t>(b) * 2 + pslot) * a.M * kColBlock;
@@ -490,13 +542,18 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
                 }
         }
         if (whole) continue;
-        __threadfence();
+        // Release / acquire the partials the way a grid barrier does: the block's stores are ordered before
+        // thread 0's fence and arrival by the barrier, and the summing threads' loads after its fence by the
+        // second one. One fence in one thread instead of one per thread (ncu: membar stalls).
         __syncthreads();
         const int bf = block_of(nb * KC, a.W, B), bl = block_of((nb + 1) * KC - 1, a.W, B);
-        if (threadIdx.x == 0) last_block = atomicAdd(&a.counters[nb], 1) == bl - bf;
+        if (threadIdx.x == 0) {
+            __threadfence();
+            last_block = atomicAdd(&a.counters[nb], 1) == bl - bf;
+            if (last_block) __threadfence();
+        }
         __syncthreads();
         if (!last_block) continue;
-        __threadfence();
         // The partial slot of each contributing grid block, once, so the summing loop below is independent
         // 16-byte loads, four parts in flight per thread.
         const int nparts = bl - bf + 1;
@@ -532,6 +589,7 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
         if (threadIdx.x == 0) a.counters[nb] = 0;
     }
     cp_async_wait<0>();
+    trace(4);
 }
 
 int device_sms();  // cached multiprocessor count of the current device
