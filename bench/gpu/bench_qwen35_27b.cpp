@@ -24,7 +24,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "kernels/cuda/kernels.h"
 #include "bench_util.h"
 #include "core/error.h"
 #include "model/model.h"
@@ -183,15 +186,30 @@ void write_checkpoint(const fs::path& dir) {
 }
 
 
-// cuBLAS BF16 GEMM throughput (FLOP/s) for the 27B gate_proj shape with M = tokens.
-double gemm_flops(int64_t M) {
+// cuBLAS BF16 GEMM throughput (FLOP/s) for the 27B gate_proj shape with M = tokens: the prefill ratio's
+// denominator. Method (session 4, 2026-11-30; single-shot figures had read 745-936 TFLOP/s for this shape from
+// run to run): ~0.3 s of back-to-back GEMMs bring the clocks up, then the figure is the BEST of 5 repetitions
+// of 20 timed GEMMs; main() measures it before and after the prompt timings and keeps the better one, so a
+// clock dip can lower only the prefill figure, never the anchor (a conservative ratio). The official anchor
+// keeps the earlier operands, every element one repeated value (0x3c3c); `constant_data` false fills them
+// with uniform random BF16 at the model's scales (x in [-1, 1), w in +-sqrt(3 / K)) instead. That is the
+// model's kind of data but not a fair ceiling either: random bits draw more power, and back-to-back GEMMs on
+// them run power-throttled below what the same GEMMs reach inside the model (on the H200, 550-670 against
+// ~700 TFLOP/s in the prompt's own profile, and 820-900 with constant data), so it is recorded beside.
+double gemm_flops(int64_t M, bool constant_data) {
     const int64_t N = I, K = H;
     void *x, *w, *y;
     check(cudaMalloc(&x, M * K * 2), "cudaMalloc");
     check(cudaMalloc(&w, N * K * 2), "cudaMalloc");
     check(cudaMalloc(&y, M * N * 2), "cudaMalloc");
-    cudaMemset(x, 0x3c, M * K * 2);  // 0x3c3c ~ 0.0115: finite, nonzero data
-    cudaMemset(w, 0x3c, N * K * 2);
+    if (constant_data) {
+        cudaMemset(x, 0x3c, M * K * 2);  // 0x3c3c ~ 0.0115: finite, nonzero data
+        cudaMemset(w, 0x3c, N * K * 2);
+    } else {
+        grimoire::cuda::random_fill(x, DType::BF16, M * K, 11, 1.0f, 0.0f, nullptr);
+        grimoire::cuda::random_fill(w, DType::BF16, N * K, 12, std::sqrt(3.0f / static_cast<float>(K)), 0.0f, nullptr);
+    }
+    check(cudaDeviceSynchronize(), "anchor fill");
     cublasHandle_t h;
     cublasCreate(&h);
     const float al = 1, be = 0;
@@ -200,13 +218,18 @@ double gemm_flops(int64_t M) {
                      w, CUDA_R_16BF, static_cast<int>(K), x, CUDA_R_16BF, static_cast<int>(K), &be, y, CUDA_R_16BF,
                      static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     };
-    const int reps = 20;
-    const double ms = grimoire::bench::time_ms([&](int) { run(); }, reps);
+    const double warm_until = now() + 0.3;
+    while (now() < warm_until) {
+        for (int i = 0; i < 20; ++i) run();
+        check(cudaDeviceSynchronize(), "anchor warm-up");
+    }
+    double best_ms = 1e30;
+    for (int rep = 0; rep < 5; ++rep) best_ms = std::min(best_ms, grimoire::bench::time_ms([&](int) { run(); }, 20));
     cublasDestroy(h);
     cudaFree(x);
     cudaFree(w);
     cudaFree(y);
-    return 2.0 * M * N * K / (ms * 1e-3);
+    return 2.0 * M * N * K / (best_ms * 1e-3);
 }
 
 }  // namespace
@@ -344,7 +367,7 @@ int main(int argc, char** argv) {
             if (t.shape.size() == 2 && t.name.find("embed_tokens") == std::string::npos && t.name != "lm_head.weight")
                 proj_params += static_cast<double>(t.numel());
         for (int64_t T : g_quant.empty() ? prefill_lengths : std::vector<int64_t>{}) {
-            const double gf = gemm_flops(T);
+            const double gf_before = gemm_flops(T, true), gr_before = gemm_flops(T, false);
             std::vector<int32_t> prompt(static_cast<size_t>(T));
             for (auto& p : prompt) p = static_cast<int32_t>(rng() % V);
             auto run = [&] {
@@ -361,15 +384,26 @@ int main(int argc, char** argv) {
             const double t1 = now();
             for (int i = 0; i < reps; ++i) run();
             const double dt = (now() - t1) / reps;
+            const double gr_after = gemm_flops(T, false), gf_after = gemm_flops(T, true);
+            const double gf = std::max(gf_before, gf_after), gr = std::max(gr_before, gr_after);
             const double flops = 2.0 * proj_params * static_cast<double>(T) + 2.0 * static_cast<double>(V * H);
             const double achieved = flops / dt;
             const std::string k = "prefill_" + std::to_string(T);
             metrics[k + "_tok_s"] = static_cast<double>(T) / dt;
             metrics[k + "_matmul_TFLOPs"] = achieved / 1e12;
-            metrics["gemm_bf16_M" + std::to_string(T) + "_TFLOPs"] = gf / 1e12;
+            const std::string g = "gemm_bf16_M" + std::to_string(T);
+            metrics[g + "_TFLOPs"] = gf / 1e12;
+            metrics[g + "_before_TFLOPs"] = gf_before / 1e12;
+            metrics[g + "_after_TFLOPs"] = gf_after / 1e12;
+            metrics[g + "_randdata_TFLOPs"] = gr / 1e12;
+            metrics[g + "_randdata_before_TFLOPs"] = gr_before / 1e12;
+            metrics[g + "_randdata_after_TFLOPs"] = gr_after / 1e12;
             ratios[k + "_vs_gemm"] = achieved / gf;
-            std::printf("prefill %4lld: %.0f tok/s, %.0f matmul TFLOP/s vs cuBLAS %.0f TFLOP/s, ratio %.3f\n",
-                        static_cast<long long>(T), T / dt, achieved / 1e12, gf / 1e12, achieved / gf);
+            ratios[k + "_vs_gemm_randdata"] = achieved / gr;
+            std::printf("prefill %4lld: %.0f tok/s, %.0f matmul TFLOP/s vs cuBLAS %.0f TFLOP/s (best of before %.0f / "
+                        "after %.0f), ratio %.3f; random-data GEMM %.0f (before %.0f / after %.0f), ratio %.3f\n",
+                        static_cast<long long>(T), T / dt, achieved / 1e12, gf / 1e12, gf_before / 1e12,
+                        gf_after / 1e12, achieved / gf, gr / 1e12, gr_before / 1e12, gr_after / 1e12, achieved / gr);
             std::printf("prefill %4lld: %.3f ms per prompt (graph captures %lld, replays %lld so far)\n",
                         static_cast<long long>(T), dt * 1e3, static_cast<long long>(be.graph_stats().captures),
                         static_cast<long long>(be.graph_stats().replays));

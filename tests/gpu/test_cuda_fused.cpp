@@ -126,6 +126,7 @@ TEST(CudaFused, GatedAttentionCorePromptThenDecode) {
         gated_attention_case(act, 12, 2, 256, 64, true, 0, {17, 1, 1, 1});    // prompt path then decode
         gated_attention_case(act, 4, 2, 32, 8, true, 3, {65, 1, 1});          // the fixture's head_dim 32
         gated_attention_case(act, 6, 3, 64, 64, false, 5, {3, 1, 1});         // GPT-J pairs, full rotation
+        gated_attention_case(act, 24, 4, 256, 64, true, 7, {130, 2, 1});      // 27B heads, prompt after a prefix
     }
 }
 
@@ -198,6 +199,9 @@ TEST(CudaFused, GdnCorePromptThenDecode) {
         gdn_core_case(act, 2, 6, 128, 128, {1, 1, 3, 1});      // 27B head sizes, decode from the start
         gdn_core_case(act, 2, 6, 16, 24, {17, 1, 1, 65, 1});   // the fixture's dk != dv; chunked prompt path
         gdn_core_case(act, 1, 3, 32, 40, {63, 1, 2});
+        // 27B head sizes through the chunked form reading q | k | v in place (the tensor-core path in BF16,
+        // the fp32 kernels in F32), a partial last chunk, then a second prompt continuing the states.
+        gdn_core_case(act, 2, 6, 128, 128, {130, 1, 64});
     }
 }
 

@@ -71,7 +71,8 @@ TEST(CudaKernels, RmsNormBothKindsInPlaceAndNot) {
 TEST(CudaKernels, RmsNormGated) {
     GRIMOIRE_REQUIRE_GPU();
     Backends b;
-    for (int64_t D : {24, 128}) {
+    // D = 24 takes the block-per-row kernel; 128 (the DeltaNet's dv), 256 and 384 the warp-per-row BF16 path.
+    for (int64_t D : {24, 128, 256, 384}) {
         const auto w = rand_bf16(static_cast<size_t>(D), 4, 0.5f, 1.5f);
         Tensor wc = put(*b.cpu, w, DType::F32, {D}), wg = put(*b.gpu, w, DType::F32, {D});
         for (int64_t R : {1, 3 * 6, 65 * 48}) {
@@ -82,7 +83,36 @@ TEST(CudaKernels, RmsNormGated) {
             b.cpu->rmsnorm_gated(xc, zc, wc, 1e-6f, oc);
             b.gpu->rmsnorm_gated(xg, zg, wg, 1e-6f, og);
             expect_close(get(*b.gpu, og), get(*b.cpu, oc), 2e-3, kRtolBf16, "rmsnorm_gated D=" + std::to_string(D));
+            b.gpu->rmsnorm_gated(xg, zg, wg, 1e-6f, xg);  // in place (out aliases x)
+            expect_close(get(*b.gpu, xg), get(*b.cpu, oc), 2e-3, kRtolBf16, "rmsnorm_gated in place D=" + std::to_string(D));
         }
+    }
+}
+
+// zero() calls in a row join one launch while graphs defer the launches; a flush in between (here the
+// to_host of a check) must start a new one, and sizes that are not multiples of 16 bytes keep their tails.
+TEST(CudaKernels, ZeroFillsJoinedAndSeparated) {
+    GRIMOIRE_REQUIRE_GPU();
+    for (bool graphs : {true, false}) {
+        Backends b;
+        b.gpu->set_graphs(graphs);
+        std::vector<Tensor> ts;
+        for (int64_t n : {1, 7, 16, 1000, 3 * 10240, 5}) {
+            const auto v = rand_bf16(static_cast<size_t>(n), 9, 1.0f, 2.0f);
+            ts.push_back(put(*b.gpu, v, DType::BF16, {n}));
+        }
+        const auto guard = rand_bf16(8, 10, 1.0f, 2.0f);
+        Tensor g = put(*b.gpu, guard, DType::BF16, {8});
+        // The first three in one batch, read back (sync points), then the rest in a second batch.
+        auto expect_zero = [&](size_t i, const char* what) {
+            expect_close(get(*b.gpu, ts[i]), std::vector<float>(static_cast<size_t>(ts[i].numel()), 0.0f), 0, 0, what);
+        };
+        for (size_t i = 0; i < 3; ++i) b.gpu->zero(ts[i]);
+        for (size_t i = 0; i < 3; ++i) expect_zero(i, "zero batch 1");
+        for (size_t i = 3; i < 6; ++i) b.gpu->zero(ts[i]);
+        b.gpu->synchronize();
+        for (size_t i = 3; i < 6; ++i) expect_zero(i, "zero batch 2");
+        expect_close(get(*b.gpu, g), guard, 0, 0, "untouched neighbour");
     }
 }
 

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/split_cols.h"
+#include "kernels/cuda/zero_ranges.h"
 
 namespace grimoire {
 
@@ -80,7 +81,7 @@ CudaBackend::CudaBackend(int dev, DType act) : act_(act) {
 
 CudaBackend::~CudaBackend() {
     try {
-        graph_->flush();
+        flush_all();
     } catch (...) {
     }
     cudaStreamSynchronize(stream_);
@@ -179,7 +180,7 @@ void* CudaBackend::weight_buffer(size_t bytes, const void* host) {
 void CudaBackend::reserve_quant_ws(QuantWs which, size_t bytes) {
     WsBuf& b = quant_ws_[static_cast<int>(which)];
     if (bytes <= b.bytes) return;
-    graph_->flush();  // nothing recorded may still point at the old buffer
+    flush_all();  // nothing recorded may still point at the old buffer
     GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
     graph_->clear_cache();
     if (b.ptr) mem_->free(b.ptr);
@@ -253,7 +254,7 @@ Tensor CudaBackend::scratch(DType dtype, std::initializer_list<int64_t> shape) {
 }
 
 void CudaBackend::reset_scratch() {
-    graph_->flush();
+    flush_all();
     // Pinned staging and the int slots are rewritten by the next step: the copies out of them must be done.
     if (pinned_->used() > 0 || n_int_slots_ > 0 || mem_->scratch_overflowed())
         GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -263,12 +264,12 @@ void CudaBackend::reset_scratch() {
 }
 
 void CudaBackend::synchronize() {
-    graph_->flush();
+    flush_all();
     GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void CudaBackend::to_host(const Tensor& t, void* host) const {
-    graph_->flush();
+    flush_all();
     GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(host, t.data, t.nbytes(), cudaMemcpyDeviceToHost, stream_));
     GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -297,7 +298,7 @@ void CudaBackend::from_host(Tensor& t, const void* host) {
     }
     void* src = stage(host, n);
     void* dst = t.data;
-    graph_->record("h2d", cuda::KeyHasher().add(OP_H2D).add(dst).add(src).add(static_cast<uint64_t>(n)).h,
+    rec("h2d", cuda::KeyHasher().add(OP_H2D).add(dst).add(src).add(static_cast<uint64_t>(n)).h,
                    [=](cudaStream_t s) {
                        GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s));
                    });
@@ -308,7 +309,7 @@ const int* CudaBackend::device_int(int64_t value) {
     int* slot = int_slots_ + n_int_slots_++;
     const int v = static_cast<int>(value);
     void* src = stage(&v, sizeof v);
-    graph_->record("slot", cuda::KeyHasher().add(OP_SLOT).add(slot).add(src).h, [=](cudaStream_t s) {
+    rec("slot", cuda::KeyHasher().add(OP_SLOT).add(slot).add(src).h, [=](cudaStream_t s) {
         GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(slot, src, sizeof(int), cudaMemcpyHostToDevice, s));
     });
     return slot;
@@ -317,14 +318,29 @@ const int* CudaBackend::device_int(int64_t value) {
 void CudaBackend::zero(Tensor& t) {
     void* p = t.data;
     const size_t n = t.nbytes();
-    graph_->record("zero", cuda::KeyHasher().add(OP_ZERO).add(p).add(static_cast<uint64_t>(n)).h,
-                   [=](cudaStream_t s) { GRIMOIRE_CUDA_CHECK(cudaMemsetAsync(p, 0, n, s)); });
+    if (n == 0) return;
+    const uint64_t key = cuda::KeyHasher().add(OP_ZERO).add(p).add(static_cast<uint64_t>(n)).h;
+    // Consecutive fills join one zero_ranges launch (SequenceState::reset: 96 tensors on the 27B, each its own
+    // memset node before) while the recorded launch has not run yet.
+    if (zero_batch_ && graph_->deferred() && zero_seq_ == graph_->epoch() && zero_batch_->n < cuda::kMaxZeroRanges) {
+        zero_batch_->ptr[zero_batch_->n] = p;
+        zero_batch_->bytes[zero_batch_->n++] = n;
+        graph_->amend(key);
+        return;
+    }
+    auto batch = std::make_shared<cuda::ZeroRanges>();
+    batch->ptr[0] = p;
+    batch->bytes[0] = n;
+    batch->n = 1;
+    rec("zero", key, [batch](cudaStream_t s) { cuda::zero_ranges(*batch, s); });
+    zero_batch_ = graph_->deferred() ? batch : nullptr;
+    zero_seq_ = graph_->epoch();
 }
 
 void CudaBackend::copy(const Tensor& src, Tensor& dst) {
     if (src.numel() != dst.numel()) throw Error("cuda copy: element counts differ");
     Tensor a = src, b = dst;
-    graph_->record("copy", cuda::KeyHasher().add(OP_COPY).add(a).add(b).h, [=](cudaStream_t s) mutable {
+    rec("copy", cuda::KeyHasher().add(OP_COPY).add(a).add(b).h, [=](cudaStream_t s) mutable {
         if (a.dtype == b.dtype) GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(b.data, a.data, a.nbytes(), cudaMemcpyDeviceToDevice, s));
         else cuda::convert(a, b, s);
     });
@@ -334,49 +350,49 @@ void CudaBackend::copy(const Tensor& src, Tensor& dst) {
 
 void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor& out) {
     Tensor o = out;
-    graph_->record("embed", cuda::KeyHasher().add(OP_EMBED).add(table).add(ids).add(o).h,
+    rec("embed", cuda::KeyHasher().add(OP_EMBED).add(table).add(ids).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::embedding(table, ids, o, s); });
 }
 
 void CudaBackend::rmsnorm(const Tensor& x, const Tensor& w, float eps, NormKind kind, Tensor& out) {
     Tensor o = out;
-    graph_->record("rms", cuda::KeyHasher().add(OP_RMS).add(x).add(w).addf(eps).add(static_cast<uint64_t>(kind)).add(o).h,
+    rec("rms", cuda::KeyHasher().add(OP_RMS).add(x).add(w).addf(eps).add(static_cast<uint64_t>(kind)).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::rmsnorm(x, w, eps, kind, o, s); });
 }
 
 void CudaBackend::rmsnorm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out) {
     Tensor o = out;
-    graph_->record("rmsg", cuda::KeyHasher().add(OP_RMSG).add(x).add(z).add(w).addf(eps).add(o).h,
+    rec("rmsg", cuda::KeyHasher().add(OP_RMSG).add(x).add(z).add(w).addf(eps).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::rmsnorm_gated(x, z, w, eps, o, s); });
 }
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& out) {
     Tensor o = out;
-    graph_->record("add", cuda::KeyHasher().add(OP_ADD).add(a).add(b).add(o).h,
+    rec("add", cuda::KeyHasher().add(OP_ADD).add(a).add(b).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::add(a, b, o, s); });
 }
 
 void CudaBackend::scale(Tensor& x, float v) {
     Tensor t = x;
-    graph_->record("scale", cuda::KeyHasher().add(OP_SCALE).add(t).addf(v).h,
+    rec("scale", cuda::KeyHasher().add(OP_SCALE).add(t).addf(v).h,
                    [=](cudaStream_t s) mutable { cuda::scale(t, v, s); });
 }
 
 void CudaBackend::mul_sigmoid(Tensor& x, const Tensor& gate) {
     Tensor t = x;
-    graph_->record("mulsig", cuda::KeyHasher().add(OP_MULSIG).add(t).add(gate).h,
+    rec("mulsig", cuda::KeyHasher().add(OP_MULSIG).add(t).add(gate).h,
                    [=](cudaStream_t s) mutable { cuda::mul_sigmoid(t, gate, s); });
 }
 
 void CudaBackend::silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) {
     Tensor o = out;
-    graph_->record("silu", cuda::KeyHasher().add(OP_SILU).add(gate).add(up).add(o).h,
+    rec("silu", cuda::KeyHasher().add(OP_SILU).add(gate).add(up).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::silu_mul(gate, up, o, s); });
 }
 
 void CudaBackend::copy_cols(const Tensor& src, int64_t c0, Tensor& out) {
     Tensor o = out;
-    graph_->record("cols", cuda::KeyHasher().add(OP_COLS).add(src).add(static_cast<uint64_t>(c0)).add(o).h,
+    rec("cols", cuda::KeyHasher().add(OP_COLS).add(src).add(static_cast<uint64_t>(c0)).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::copy_cols(src, c0, o, s); });
 }
 
@@ -386,7 +402,7 @@ void CudaBackend::rope(Tensor& x, const Tensor& positions, const RopeParams& p) 
     k.add(OP_ROPE).add(t).add(positions).add(static_cast<uint64_t>(p.rot_dim)).add(static_cast<uint64_t>(p.neox));
     k.addf(p.attn_factor);
     for (float f : p.inv_freq) k.addf(f);
-    graph_->record("rope", k.h, [=](cudaStream_t s) mutable { cuda::rope(t, positions, p, s); });
+    rec("rope", k.h, [=](cudaStream_t s) mutable { cuda::rope(t, positions, p, s); });
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
@@ -405,12 +421,12 @@ void CudaBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, T
     cuda::KeyHasher key;
     key.add(OP_ATTN).add(q).add(k).add(v).add(kc).add(vc).add(o).addf(scale).add(a.n_past_dev);
     if (!a.n_past_dev) key.add(static_cast<uint64_t>(n_past));
-    graph_->record("attention", key.h, [=](cudaStream_t s) mutable { cuda::attention(q, k, v, kc, vc, a, o, s); });
+    rec("attention", key.h, [=](cudaStream_t s) mutable { cuda::attention(q, k, v, kc, vc, a, o, s); });
 }
 
 void CudaBackend::conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& out) {
     Tensor st = state, o = out;
-    graph_->record("conv", cuda::KeyHasher().add(OP_CONV).add(x).add(w).add(st).add(o).h,
+    rec("conv", cuda::KeyHasher().add(OP_CONV).add(x).add(w).add(st).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::conv1d_silu(x, w, st, o, s); });
 }
 
@@ -419,9 +435,10 @@ void CudaBackend::gated_delta_rule(const Tensor& q, const Tensor& k, const Tenso
                                    Tensor& out) {
     Tensor st = state, o = out;
     // The chunked prefill form needs a workspace of per-chunk matrices (scratch, so it is reused per step).
-    const size_t wsb = q.ndim == 3 && v.ndim == 3 ? cuda::gated_delta_rule_ws_bytes(q.dim(0), v.dim(1), q.dim(2), v.dim(2)) : 0;
+    const size_t wsb = q.ndim == 3 && v.ndim == 3
+                           ? cuda::gated_delta_rule_ws_bytes(q.dim(0), v.dim(1), q.dim(2), v.dim(2), q.dtype) : 0;
     void* ws = wsb ? mem_->scratch(wsb) : nullptr;
-    graph_->record("gdn", cuda::KeyHasher().add(OP_GDN).add(q).add(k).add(v).add(a).add(b).add(A_log).add(dt_bias).add(st).add(o).add(ws).h,
+    rec("gdn", cuda::KeyHasher().add(OP_GDN).add(q).add(k).add(v).add(a).add(b).add(A_log).add(dt_bias).add(st).add(o).add(ws).h,
                    [=](cudaStream_t s) mutable {
                        cuda::gated_delta_rule(q, k, v, a, b, A_log, dt_bias, st, o, ws, wsb, s);
                    });
@@ -451,7 +468,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& out) {
                               std::to_string(x.cols()));
     };
     if (T <= cuda::kGemvMaxT) {
-        graph_->record(tag("gemv"), cuda::KeyHasher().add(OP_GEMV).add(x).add(w).add(o).h,
+        rec(tag("gemv"), cuda::KeyHasher().add(OP_GEMV).add(x).add(w).add(o).h,
                        [=](cudaStream_t s) mutable { cuda::gemv(x, w, o, s); });
         return;
     }
@@ -464,7 +481,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& out) {
     Tensor gout = o;
     const bool direct_out = o.dtype == wt.dtype || o.dtype == DType::F32;
     if (!direct_out) gout = scratch(DType::F32, {T, N});
-    graph_->record(tag("gemm"), cuda::KeyHasher().add(OP_GEMM).add(x).add(xin).add(w).add(wt).add(gout).add(o).h,
+    rec(tag("gemm"), cuda::KeyHasher().add(OP_GEMM).add(x).add(xin).add(w).add(wt).add(gout).add(o).h,
                    [=, this](cudaStream_t s) mutable {
                        if (wt.data != w.data) cuda::convert(w, wt, s);
                        if (xin.data != x.data) cuda::convert(x, xin, s);
@@ -491,7 +508,16 @@ void CudaBackend::matmul_split(const Tensor& x, const Tensor& w, Tensor* ys, siz
     if (!one) return Backend::matmul_split(x, w, ys, n_ys);
     Tensor y = scratch(act_, {T, w.dim(0)});  // [T, N] act
     matmul(x, w, y);
-    std::vector<Tensor> parts(ys, ys + n_ys);
+    // The split is deferred: the next op either takes the parts in place from y (take_split) or, like any
+    // other op or sync point, first records the split_cols that fills them (materialize_split).
+    pending_split_ = PendingSplit{y, std::vector<Tensor>(ys, ys + n_ys)};
+}
+
+void CudaBackend::materialize_split() const {
+    if (!pending_split_) return;
+    const Tensor y = pending_split_->y;
+    const std::vector<Tensor> parts = std::move(pending_split_->parts);
+    pending_split_.reset();
     cuda::KeyHasher key;
     key.add(OP_SPLIT).add(y);
     for (const Tensor& p : parts) key.add(p);
@@ -500,22 +526,40 @@ void CudaBackend::matmul_split(const Tensor& x, const Tensor& w, Tensor* ys, siz
     });
 }
 
+std::optional<CudaBackend::InPlaceSplit> CudaBackend::take_split(std::initializer_list<const Tensor*> want) {
+    if (!pending_split_ || pending_split_->parts.size() != want.size()) return std::nullopt;
+    InPlaceSplit r{pending_split_->y, {}};
+    const size_t es = dtype_size(r.y.dtype);
+    int64_t c0 = 0;
+    size_t i = 0;
+    for (const Tensor* t : want) {
+        const Tensor& p = pending_split_->parts[i++];
+        if (t->data != p.data || t->dtype != p.dtype || t->numel() != p.numel()) return std::nullopt;
+        Tensor v = *t;  // the part's shape, its data in place: row stride y.cols()
+        v.data = static_cast<char*>(r.y.data) + static_cast<size_t>(c0) * es;
+        r.parts.push_back(v);
+        c0 += p.cols();
+    }
+    pending_split_.reset();
+    return r;
+}
+
 void CudaBackend::add_bias(Tensor& x, const Tensor& bias) {
     Tensor t = x;
-    graph_->record("bias", cuda::KeyHasher().add(OP_BIAS).add(t).add(bias).h,
+    rec("bias", cuda::KeyHasher().add(OP_BIAS).add(t).add(bias).h,
                    [=](cudaStream_t s) mutable { cuda::add_bias(t, bias, s); });
 }
 
 void CudaBackend::argmax(const Tensor& logits, Tensor& out) {
     Tensor o = out;
-    graph_->record("argmax", cuda::KeyHasher().add(OP_ARGMAX).add(logits).add(o).h,
+    rec("argmax", cuda::KeyHasher().add(OP_ARGMAX).add(logits).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::argmax(logits, o, s); });
 }
 
 void CudaBackend::sample(const Tensor& logits, const Tensor& uniform, float temperature, int top_k, float top_p,
                          Tensor& out) {
     Tensor o = out;
-    graph_->record("sample", cuda::KeyHasher().add(OP_SAMPLE).add(logits).add(uniform).addf(temperature)
+    rec("sample", cuda::KeyHasher().add(OP_SAMPLE).add(logits).add(uniform).addf(temperature)
                        .add(static_cast<uint64_t>(top_k)).addf(top_p).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::sample(logits, uniform, temperature, top_k, top_p, o, s); });
 }
@@ -542,7 +586,7 @@ void CudaBackend::add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float
         return;
     }
     Tensor t = x, o = out;
-    graph_->record("add_rms", cuda::KeyHasher().add(OP_ADD_RMS).add(t).add(y).add(w).addf(eps).add(static_cast<uint64_t>(kind)).add(o).h,
+    rec("add_rms", cuda::KeyHasher().add(OP_ADD_RMS).add(t).add(y).add(w).addf(eps).add(static_cast<uint64_t>(kind)).add(o).h,
                    [=](cudaStream_t s) mutable { cuda::add_rmsnorm(t, y, w, eps, kind, o, s); });
 }
 
@@ -558,22 +602,39 @@ void CudaBackend::gated_attention_core(const Tensor& qg, Tensor& k, const Tensor
                     std::to_string(T) + " > " + std::to_string(k_cache.dim(0)) + ")");
     if (qg.numel() % (T * 2 * D) != 0) throw Error("cuda gated_attention_core: qg is not [T, Hq * 2D]");
     const int64_t Hq = qg.numel() / (T * 2 * D);
-    if (T > 1 || !fused_enabled()) {  // a prompt: the unfused sequence (large kernels; launches matter little)
+    if (!fused_enabled()) {
         gated_attention_core_unfused(qg, k, v, q_norm, k_norm, eps, positions, rope_p, k_cache, v_cache, n_past, scale,
                                      out);
         return;
     }
-    Tensor q_ws = scratch(act_, {Hq, D});
+    Tensor q_ws = scratch(act_, {T, Hq, D});
     Tensor kc = k_cache, vc = v_cache, o = out;
-    void* ws = attn_ws_;
-    const size_t wsb = attn_ws_bytes_;
     cuda::KeyHasher key;
     key.add(OP_GATTN).add(qg).add(k).add(v).add(q_norm).add(k_norm).addf(eps).add(positions).add(kc).add(vc);
     key.add(q_ws).add(o).addf(scale).add(static_cast<uint64_t>(rope_p.rot_dim)).add(static_cast<uint64_t>(rope_p.neox));
     key.addf(rope_p.attn_factor);
     for (float f : rope_p.inv_freq) key.addf(f);
+    if (T > 1) {
+        // A prompt: prep + flash prefill + the gate read in place from qg (the unfused sequence copied the query
+        // and the gate out of qg and ran nine kernels). qg, k, v are read in place from the stacked GEMM's
+        // output when they are the parts of its deferred split. The length comes from a device slot like
+        // attention().
+        Tensor qgi = qg, ki = k, vi = v;
+        int64_t stride = 0;
+        if (auto sp = take_split({&qg, &k, &v})) qgi = sp->parts[0], ki = sp->parts[1], vi = sp->parts[2], stride = sp->y.cols();
+        const int* n_past_dev = graph_->enabled() ? device_int(n_past) : nullptr;
+        key.add(n_past_dev).add(qgi).add(ki).add(vi).add(static_cast<uint64_t>(stride));
+        if (!n_past_dev) key.add(static_cast<uint64_t>(n_past));
+        rec("gattn_prefill", key.h, [=](cudaStream_t s) mutable {
+            cuda::gated_attention_prefill(qgi, ki, vi, q_norm, k_norm, eps, positions, rope_p, kc, vc, n_past,
+                                          n_past_dev, scale, q_ws, o, s, stride, stride);
+        });
+        return;
+    }
+    void* ws = attn_ws_;
+    const size_t wsb = attn_ws_bytes_;
     // The position (and so the length) is read from positions[0] on the device: no per-step slot.
-    graph_->record("gattn_decode", key.h, [=](cudaStream_t s) mutable {
+    rec("gattn_decode", key.h, [=](cudaStream_t s) mutable {
         cuda::gated_attention_decode(qg, k, v, q_norm, k_norm, eps, positions, rope_p, kc, vc, scale, q_ws, ws, wsb, o, s);
     });
 }
@@ -584,16 +645,42 @@ void CudaBackend::gdn_core(const Tensor& mixed, const Tensor& conv_w, Tensor& co
     if (state.ndim != 3) throw Error("cuda gdn_core: state must be [Hv, dk, dv]");
     const int64_t T = mixed.rows(), C = mixed.cols(), Hv = state.dim(0), dk = state.dim(1), dv = state.dim(2);
     const int64_t Hk = n_k_heads;
-    // A long prompt takes the chunked DeltaNet form, which wants q, k, v apart: the unfused sequence.
-    if (cuda::gated_delta_rule_ws_bytes(T, Hv, dk, dv) > 0 || !fused_enabled()) {
+    if (!fused_enabled()) {
         gdn_core_unfused(mixed, conv_w, conv_state, a, b, A_log, dt_bias, state, z, norm_w, eps, n_k_heads, out);
         return;
     }
     if (Hk <= 0 || C != 2 * Hk * dk + Hv * dv) throw Error("cuda gdn_core: mixed is not [T, 2 Hk dk + Hv dv]");
+    Tensor st = state, o = out;
+    if (const size_t wsb = cuda::gated_delta_rule_ws_bytes(T, Hv, dk, dv, act_); wsb > 0) {
+        // A long prompt: conv, the chunked DeltaNet reading q | k | v in place from the conv output (the
+        // unfused sequence copied them apart first), the gated norm per value head. When mixed, z, b, a are
+        // the parts of a deferred stacked-GEMM split, all three read them in place from its output instead.
+        Tensor mx = mixed, zz = z, bb = b, aa = a;
+        int64_t stride = 0;
+        if (auto sp = take_split({&mixed, &z, &b, &a})) {
+            mx = sp->parts[0], zz = sp->parts[1], bb = sp->parts[2], aa = sp->parts[3];
+            stride = sp->y.cols();
+        }
+        Tensor conv = scratch(act_, {T, C}), cst = conv_state, cw = conv_w;
+        rec("conv", cuda::KeyHasher().add(OP_CONV).add(mx).add(cw).add(cst).add(conv).add(static_cast<uint64_t>(stride)).h,
+            [=](cudaStream_t s) mutable { cuda::conv1d_silu(mx, cw, cst, conv, s, stride); });
+        void* ws = mem_->scratch(wsb);
+        Tensor core = scratch(act_, {T, Hv, dv});
+        rec("gdn_prefill", cuda::KeyHasher().add(OP_GDN).add(conv).add(static_cast<uint64_t>(Hk)).add(static_cast<uint64_t>(dk))
+                .add(aa).add(bb).add(A_log).add(dt_bias).add(st).add(core).add(ws).add(static_cast<uint64_t>(wsb))
+                .add(static_cast<uint64_t>(stride)).h,
+            [=](cudaStream_t s) mutable {
+                cuda::gated_delta_rule_qkv(conv, Hk, dk, aa, bb, A_log, dt_bias, st, core, ws, wsb, s, 0, stride);
+            });
+        const Tensor xr = core.view({T * Hv, dv}), zr = zz.view({T * Hv, dv});
+        Tensor rows = o.view({T * Hv, dv});
+        rec("rmsg", cuda::KeyHasher().add(OP_RMSG).add(xr).add(zr).add(norm_w).addf(eps).add(rows).add(static_cast<uint64_t>(stride)).h,
+            [=](cudaStream_t s) mutable { cuda::rmsnorm_gated(xr, zr, norm_w, eps, rows, s, stride, stride ? Hv : 0); });
+        return;
+    }
     Tensor conv = scratch(act_, {T, C});
     conv1d_silu(mixed, conv_w, conv_state, conv);
-    Tensor st = state, o = out;
-    graph_->record("gdn_core", cuda::KeyHasher().add(OP_GDN_CORE).add(conv).add(a).add(b).add(A_log).add(dt_bias).add(st).add(z)
+    rec("gdn_core", cuda::KeyHasher().add(OP_GDN_CORE).add(conv).add(a).add(b).add(A_log).add(dt_bias).add(st).add(z)
                        .add(norm_w).addf(eps).add(static_cast<uint64_t>(Hk)).add(o).h,
                    [=](cudaStream_t s) mutable {
                        cuda::gdn_step_fused(conv, a, b, A_log, dt_bias, st, z, norm_w, eps, Hk, o, s);

@@ -23,12 +23,17 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/step_graph.h"
 
 namespace grimoire {
+
+namespace cuda {
+struct ZeroRanges;
+}
 
 class CudaBackend final : public Backend {
 public:
@@ -91,12 +96,21 @@ public:
     // Greedy / sampled token selection on the device: logits [R, V] -> out [R] I32 (device).
     void argmax(const Tensor& logits, Tensor& out);
     void sample(const Tensor& logits, const Tensor& uniform, float temperature, int top_k, float top_p, Tensor& out);
-    void set_graphs(bool on) { graph_->set_enabled(on); }
+    void set_graphs(bool on) {
+        materialize_split();
+        graph_->set_enabled(on);
+    }
     bool graphs() const { return graph_->enabled(); }
     const cuda::StepGraph::Stats& graph_stats() const { return graph_->stats(); }
     // Per-op device times of the steps flushed while on (see StepGraph::set_profiling); the report clears them.
-    void set_profiling(bool on) { graph_->set_profiling(on); }
-    std::string profile_report() { return graph_->profile_report(); }
+    void set_profiling(bool on) {
+        materialize_split();
+        graph_->set_profiling(on);
+    }
+    std::string profile_report() {
+        materialize_split();
+        return graph_->profile_report();
+    }
     void set_random_weights(uint64_t seed) { random_seed_ = seed; }
     // "weights X GiB, state ..., workspace ..., scratch ..." for banners.
     std::string memory_report() const;
@@ -106,7 +120,7 @@ public:
     bool random_weights() const override { return random_seed_.has_value(); }
     // Records a launch like the built-in ops do (runs now when graphs are off, else at the next sync point).
     void record(uint64_t key, std::function<void(cudaStream_t)> fn, const char* tag = "quant") {
-        graph_->record(key, std::move(fn), tag);
+        rec(tag, key, std::move(fn));
     }
     // Persistent device buffer in the weights pool, filled from `host` (or left uninitialised when null).
     void* weight_buffer(size_t bytes, const void* host);
@@ -128,6 +142,25 @@ private:
     const int* device_int(int64_t value);
     void gemm(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t s);
     void fill_random(Tensor& t, const std::string& name);
+    // Every op records through rec() and every sync point flushes through flush_all(): both first record a
+    // deferred split (see matmul_split), so no op can read a stacked group's parts before they are filled.
+    void rec(const char* tag, uint64_t key, std::function<void(cudaStream_t)> fn) {
+        materialize_split();
+        graph_->record(key, std::move(fn), tag);
+    }
+    void flush_all() const {
+        materialize_split();
+        graph_->flush();
+    }
+    void materialize_split() const;
+    // The deferred split's output and parts viewed in place in it (row stride y.cols()) when its parts are
+    // exactly `want`, in order; the split is then dropped: the fused prompt cores read the parts from y, and
+    // the parts' own buffers are never written (every caller is those parts' only reader).
+    struct InPlaceSplit {
+        Tensor y;
+        std::vector<Tensor> parts;
+    };
+    std::optional<InPlaceSplit> take_split(std::initializer_list<const Tensor*> want);
     void report_upload(size_t bytes);
 
     std::string name_;
@@ -137,6 +170,15 @@ private:
     std::unique_ptr<cuda::DeviceMemory> mem_;
     std::unique_ptr<cuda::PinnedArena> pinned_;
     std::unique_ptr<cuda::StepGraph> graph_;  // created after the stream
+    // A stacked group's split_cols not recorded yet: the one-GEMM output and the parts it fills.
+    struct PendingSplit {
+        Tensor y;
+        std::vector<Tensor> parts;
+    };
+    mutable std::optional<PendingSplit> pending_split_;
+    // The last zero() launch while it can still take more ranges (see zero()), and the graph epoch after it.
+    std::shared_ptr<cuda::ZeroRanges> zero_batch_;
+    uint64_t zero_seq_ = 0;
     void* attn_ws_ = nullptr;
     size_t attn_ws_bytes_ = 0;
     void* cublas_ws_ = nullptr;

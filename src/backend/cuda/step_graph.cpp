@@ -45,6 +45,7 @@ void StepGraph::set_enabled(bool on) {
 }
 
 void StepGraph::record(uint64_t key, Fn fn, const char* tag) {
+    ++epoch_;
     if (profiling_) tags_.push_back(tag);
     if (!enabled_ && !profiling_) {
         fn(stream_);
@@ -103,6 +104,7 @@ std::string StepGraph::profile_report() {
 }
 
 void StepGraph::flush() {
+    ++epoch_;
     if (ops_.empty()) return;
     if (profiling_) {  // recorded even with graphs off (see record)
         run_profiled();

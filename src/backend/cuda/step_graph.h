@@ -51,6 +51,13 @@ public:
     void record(const char* tag, uint64_t key, Fn fn) { record(key, std::move(fn), tag); }
     void flush();
     void clear_cache();
+    // For ops that extend their last recorded launch (CudaBackend::zero joins consecutive fills): whether
+    // records wait for flush() (graphs on or profiling), a count of record() and flush() calls that never goes
+    // back (unchanged since an op's record: that launch is still the last one and has not run), and amend()
+    // mixing the extension's key into the step's key.
+    bool deferred() const { return enabled_ || profiling_; }
+    uint64_t epoch() const { return epoch_; }
+    void amend(uint64_t key) { hash_.add(key); }
 
     struct Stats {
         int64_t direct_steps = 0, captures = 0, replays = 0;
@@ -78,6 +85,7 @@ private:
 
     cudaStream_t stream_;
     bool enabled_ = true;
+    uint64_t epoch_ = 0;
     std::vector<Fn> ops_;
     KeyHasher hash_;
     std::unordered_map<uint64_t, Entry> cache_;

@@ -18,7 +18,7 @@ static __global__ void conv1d_silu_kernel(const void* __restrict__ x,  // [T, C]
                                           const void* __restrict__ state,  // [K-1, C], oldest row first
                                           int sdt, int64_t T, int64_t C, int K,
                                           void* __restrict__ out,  // [T, C]
-                                          int odt) {
+                                          int odt, int64_t xs) {  // xs: elements between x rows
     const int64_t n = T * C;
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -26,7 +26,7 @@ static __global__ void conv1d_silu_kernel(const void* __restrict__ x,  // [T, C]
         float acc = 0.0f;
         for (int j = 0; j < K; ++j) {
             const int64_t src = t - (K - 1) + j;  // token index; negative = still in the carried state
-            const float v = src >= 0 ? ld(x, xdt, src * C + c) : ld(state, sdt, (K - 1 + src) * C + c);
+            const float v = src >= 0 ? ld(x, xdt, src * xs + c) : ld(state, sdt, (K - 1 + src) * C + c);
             acc += ld(w, wdt, c * K + j) * v;
         }
         st(out, odt, i, acc * sigmoidf_(acc));
@@ -36,12 +36,12 @@ static __global__ void conv1d_silu_kernel(const void* __restrict__ x,  // [T, C]
 // state[j] = the (T + j)-th row of [old state ; x]. Ascending j per channel reads row T + j before any
 // thread writes it (writes go to j < T + j), so in place is safe.
 static __global__ void conv_state_kernel(const void* __restrict__ x, int xdt, void* state, int sdt, int64_t T,
-                                         int64_t C, int K) {
+                                         int64_t C, int K, int64_t xs) {
     const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (c >= C) return;
     for (int j = 0; j < K - 1; ++j) {
         const int64_t src = T + j;  // index into [old state (K-1 rows) ; x (T rows)]
-        const float v = src < K - 1 ? ld(state, sdt, src * C + c) : ld(x, xdt, (src - (K - 1)) * C + c);
+        const float v = src < K - 1 ? ld(state, sdt, src * C + c) : ld(x, xdt, (src - (K - 1)) * xs + c);
         st(state, sdt, j * C + c, v);
     }
 }
@@ -53,11 +53,12 @@ static __global__ void conv_state_kernel(const void* __restrict__ x, int xdt, vo
 // bytes need; 8 channels per thread at 85 registers still left it at 25% occupancy). Same summation order.
 constexpr int kConvTile = 16;
 template <int K>
-static __global__ void __launch_bounds__(256) conv1d_silu_x2_kernel(const __nv_bfloat162* __restrict__ x,  // [T, C/2]
+static __global__ void __launch_bounds__(256) conv1d_silu_x2_kernel(const __nv_bfloat162* __restrict__ x,  // [T, xs2]
                                                                     const void* __restrict__ w, int wdt,  // [C, K]
                                                                     const void* __restrict__ state,  // [K-1, C]
                                                                     int sdt, int64_t T, int64_t C,
-                                                                    __nv_bfloat162* __restrict__ out) {  // [T, C/2]
+                                                                    __nv_bfloat162* __restrict__ out,  // [T, C/2]
+                                                                    int64_t xs2) {  // pairs between x rows
     const int64_t pairs = C / 2;
     const int64_t gi = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (gi >= pairs * ((T + kConvTile - 1) / kConvTile)) return;
@@ -75,7 +76,7 @@ static __global__ void __launch_bounds__(256) conv1d_silu_x2_kernel(const __nv_b
 #pragma unroll
         for (int j = 0; j + 1 < K; ++j) win[j] = win[j + 1];
         if (t < 0) win[K - 1] = make_float2(ld(state, sdt, (K - 1 + t) * C + 2 * cp), ld(state, sdt, (K - 1 + t) * C + 2 * cp + 1));
-        else if (t < T) win[K - 1] = __bfloat1622float2(x[t * pairs + cp]);
+        else if (t < T) win[K - 1] = __bfloat1622float2(x[t * xs2 + cp]);
         if (r < K - 1 || t >= T) continue;
         float a0 = 0.0f, a1 = 0.0f;
 #pragma unroll
@@ -104,29 +105,31 @@ static __global__ void conv1d_silu_step_kernel(const void* __restrict__ x, int x
 }
 
 static void launch_conv1d_silu(const void* x, int xdt, const void* w, int wdt, void* state, int sdt, int64_t T,
-                               int64_t C, int K, void* out, int odt, cudaStream_t s) {
+                               int64_t C, int K, void* out, int odt, int64_t xs, cudaStream_t s) {
     if (T == 1) {
         conv1d_silu_step_kernel<<<grid_for(C, 256), 256, 0, s>>>(x, xdt, w, wdt, state, sdt, C, K, out, odt);
         check_launch("conv1d_silu");
         return;
     }
     const bool al4 = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out)) & 3) == 0;
-    if (xdt == kBF16 && odt == kBF16 && K == 4 && C % 2 == 0 && al4) {
+    if (xdt == kBF16 && odt == kBF16 && K == 4 && C % 2 == 0 && xs % 2 == 0 && al4) {
         const int64_t n = C / 2 * ((T + kConvTile - 1) / kConvTile);
         conv1d_silu_x2_kernel<4><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
-            static_cast<const __nv_bfloat162*>(x), w, wdt, state, sdt, T, C, static_cast<__nv_bfloat162*>(out));
+            static_cast<const __nv_bfloat162*>(x), w, wdt, state, sdt, T, C, static_cast<__nv_bfloat162*>(out), xs / 2);
     } else {
-        conv1d_silu_kernel<<<grid_for(T * C, 256), 256, 0, s>>>(x, xdt, w, wdt, state, sdt, T, C, K, out, odt);
+        conv1d_silu_kernel<<<grid_for(T * C, 256), 256, 0, s>>>(x, xdt, w, wdt, state, sdt, T, C, K, out, odt, xs);
     }
     check_launch("conv1d_silu");
     if (K > 1) {
-        conv_state_kernel<<<grid_for(C, 256), 256, 0, s>>>(x, xdt, state, sdt, T, C, K);
+        conv_state_kernel<<<grid_for(C, 256), 256, 0, s>>>(x, xdt, state, sdt, T, C, K, xs);
         check_launch("conv1d_silu state");
     }
 }
 
-void conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& out, cudaStream_t s) {
+void conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& out, cudaStream_t s, int64_t x_stride) {
     const int64_t C = x.cols(), T = x.rows();
+    if (x_stride == 0) x_stride = C;
+    if (x_stride < C) throw Error("cuda conv1d_silu: x row stride below its width");
     const int64_t K = w.numel() / (C ? C : 1);
     if (C == 0 || w.numel() != C * K || K < 1 || K > kMaxK)
         throw Error("cuda conv1d_silu: w must be [C, K] with K <= 8 for x [T, C]");
@@ -135,7 +138,7 @@ void conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& out, c
     if (T == 0) return;
     launch_conv1d_silu(x.data, dt_code(x.dtype, "conv1d_silu", "x"), w.data, dt_code(w.dtype, "conv1d_silu", "w"),
                        state.data, dt_code(state.dtype, "conv1d_silu", "state"), T, C, static_cast<int>(K), out.data,
-                       dt_code(out.dtype, "conv1d_silu", "out"), s);
+                       dt_code(out.dtype, "conv1d_silu", "out"), x_stride, s);
 }
 
 }  // namespace grimoire::cuda

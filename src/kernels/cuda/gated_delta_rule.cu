@@ -38,11 +38,10 @@ static __global__ void __launch_bounds__(32 * kRowGroups) gdn_recurrent_kernel(G
     const float dtb = ld(p.dt_bias, p.ddt, h);
     const float qscale = rsqrtf(static_cast<float>(p.dk));
     for (int64_t t = 0; t < p.T; ++t) {
-        const int64_t qk_off = (t * p.Hk + kh) * p.dk;
-        const float qv = tid < p.dk ? ld(p.q, p.qdt, qk_off + tid) : 0.0f;
-        const float kv = tid < p.dk ? ld(p.k, p.kdt, qk_off + tid) : 0.0f;
-        const float vj = col_ok ? ld(p.v, p.vdt, (t * p.Hv + h) * p.dv + j) : 0.0f;
-        const float av = ld(p.a, p.adt, t * p.Hv + h), bv = ld(p.b, p.bdt, t * p.Hv + h);
+        const float qv = tid < p.dk ? ld(p.q, p.qdt, t * p.qs + kh * p.dk + tid) : 0.0f;
+        const float kv = tid < p.dk ? ld(p.k, p.kdt, t * p.ks + kh * p.dk + tid) : 0.0f;
+        const float vj = col_ok ? ld(p.v, p.vdt, t * p.vs + h * p.dv + j) : 0.0f;
+        const float av = ld(p.a, p.adt, t * p.ab_s + h), bv = ld(p.b, p.bdt, t * p.ab_s + h);
         gdn::normalise_qk(qv, kv, tid, p.dk, qscale, qn, kn, red);
         const float decay = expf(-A * gdn::softplus_(av + dtb));
         const float beta = 1.0f / (1.0f + expf(-bv));
@@ -59,43 +58,89 @@ static void launch_gdn_recurrent(const GdnParams& p, cudaStream_t s) {
     check_launch("gated_delta_rule");
 }
 
-size_t gated_delta_rule_ws_bytes(int64_t T, int64_t Hv, int64_t dk, int64_t dv) {
-    return T >= gdn::kChunkedMinT ? gdn::chunked_ws_bytes(T, Hv, dk, dv) : 0;
+size_t gated_delta_rule_ws_bytes(int64_t T, int64_t Hv, int64_t dk, int64_t dv, DType act) {
+    if (T < gdn::kChunkedMinT) return 0;
+    // The tensor-core path's records are ~4x smaller than the fp32 SIMT path's (27B, T = 4096: ~104 MB
+    // against ~455 MB): size by the path a BF16 prompt takes (tc_supported's shape conditions).
+    if (act == DType::BF16 && dk <= 128 && dk % 8 == 0 && dv % 8 == 0 && !gdn::simt_forced())
+        return gdn::tc_ws_bytes(T, Hv);
+    return gdn::chunked_ws_bytes(T, Hv, dk, dv);
 }
 
-void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
-                      const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out, void* ws,
-                      size_t ws_bytes, cudaStream_t s) {
-    if (q.ndim != 3 || k.ndim != 3 || v.ndim != 3) throw Error("cuda gated_delta_rule: q, k, v must be 3-D");
+namespace {
+// Shape checks shared by both entry points; fills everything but the q / k / v pointers and strides.
+gdn::GdnParams make_params(int64_t T, int64_t Hk, int64_t dk, int64_t Hv, int64_t dv, const Tensor& a,
+                           const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out,
+                           DType qkv_dt, int64_t ab_stride) {
+    const char* op = "gated_delta_rule";
     GdnParams p{};
-    p.T = q.dim(0);
-    p.Hk = q.dim(1);
-    p.dk = q.dim(2);
-    p.Hv = v.dim(1);
-    p.dv = v.dim(2);
-    if (k.numel() != q.numel() || v.dim(0) != p.T || p.Hk == 0 || p.Hv % p.Hk != 0)
-        throw Error("cuda gated_delta_rule: q, k [T, Hk, dk], v [T, Hv, dv] with Hv a multiple of Hk");
+    p.T = T;
+    p.Hk = Hk;
+    p.dk = dk;
+    p.Hv = Hv;
+    p.dv = dv;
+    if (p.Hk == 0 || p.Hv % p.Hk != 0) throw Error("cuda gated_delta_rule: Hv must be a multiple of Hk");
     if (p.dk > kMaxDk) throw Error("cuda gated_delta_rule: dk " + std::to_string(p.dk) + " > 128 unsupported");
     if (a.numel() != p.T * p.Hv || b.numel() != p.T * p.Hv || A_log.numel() != p.Hv || dt_bias.numel() != p.Hv)
         throw Error("cuda gated_delta_rule: a, b must be [T, Hv] and A_log, dt_bias [Hv]");
     if (state.dtype != DType::F32 || state.numel() != p.Hv * p.dk * p.dv)
         throw Error("cuda gated_delta_rule: state must be [Hv, dk, dv] F32");
-    if (out.numel() != v.numel()) throw Error("cuda gated_delta_rule: out must be [T, Hv, dv]");
-    if (p.T == 0) return;
-    const char* op = "gated_delta_rule";
-    p.q = q.data; p.qdt = dt_code(q.dtype, op, "q");
-    p.k = k.data; p.kdt = dt_code(k.dtype, op, "k");
-    p.v = v.data; p.vdt = dt_code(v.dtype, op, "v");
+    if (out.numel() != p.T * p.Hv * p.dv) throw Error("cuda gated_delta_rule: out must be [T, Hv, dv]");
+    p.qdt = p.kdt = p.vdt = dt_code(qkv_dt, op, "q/k/v");
+    p.ab_s = ab_stride ? ab_stride : Hv;
+    if (p.ab_s < Hv) throw Error("cuda gated_delta_rule: a / b row stride below Hv");
     p.a = a.data; p.adt = dt_code(a.dtype, op, "a");
     p.b = b.data; p.bdt = dt_code(b.dtype, op, "b");
     p.A_log = A_log.data; p.Adt = dt_code(A_log.dtype, op, "A_log");
     p.dt_bias = dt_bias.data; p.ddt = dt_code(dt_bias.dtype, op, "dt_bias");
     p.state = state.ptr<float>();
     p.out = out.data; p.odt = dt_code(out.dtype, op, "out");
-    if (p.T >= gdn::kChunkedMinT && ws && ws_bytes >= gdn::chunked_ws_bytes(p.T, p.Hv, p.dk, p.dv))
-        gdn::launch_chunked(p, static_cast<float*>(ws), s);
-    else
-        launch_gdn_recurrent(p, s);
+    return p;
+}
+
+void run(const GdnParams& p, void* ws, size_t ws_bytes, cudaStream_t s) {
+    if (p.T == 0) return;
+    if (p.T >= gdn::kChunkedMinT && ws) {
+        const bool tc = gdn::tc_supported(p) && !gdn::simt_forced();
+        if (ws_bytes >= (tc ? gdn::tc_ws_bytes(p.T, p.Hv) : gdn::chunked_ws_bytes(p.T, p.Hv, p.dk, p.dv))) {
+            gdn::launch_chunked(p, static_cast<float*>(ws), s);
+            return;
+        }
+    }
+    launch_gdn_recurrent(p, s);
+}
+}  // namespace
+
+void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
+                      const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out, void* ws,
+                      size_t ws_bytes, cudaStream_t s) {
+    if (q.ndim != 3 || k.ndim != 3 || v.ndim != 3) throw Error("cuda gated_delta_rule: q, k, v must be 3-D");
+    const int64_t T = q.dim(0), Hk = q.dim(1), dk = q.dim(2), Hv = v.dim(1), dv = v.dim(2);
+    if (k.numel() != q.numel() || v.dim(0) != T || k.dtype != q.dtype || v.dtype != q.dtype)
+        throw Error("cuda gated_delta_rule: q, k [T, Hk, dk], v [T, Hv, dv] of one dtype");
+    GdnParams p = make_params(T, Hk, dk, Hv, dv, a, b, A_log, dt_bias, state, out, q.dtype, 0);
+    p.q = q.data;
+    p.k = k.data;
+    p.v = v.data;
+    p.qs = p.ks = Hk * dk;
+    p.vs = Hv * dv;
+    run(p, ws, ws_bytes, s);
+}
+
+void gated_delta_rule_qkv(const Tensor& qkv, int64_t Hk, int64_t dk, const Tensor& a, const Tensor& b,
+                          const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out, void* ws,
+                          size_t ws_bytes, cudaStream_t s, int64_t qkv_stride, int64_t ab_stride) {
+    if (state.ndim != 3 || Hk <= 0 || state.dim(1) != dk) throw Error("cuda gated_delta_rule_qkv: state must be [Hv, dk, dv]");
+    const int64_t T = qkv.rows(), C = qkv.cols(), Hv = state.dim(0), dv = state.dim(2), key = Hk * dk;
+    if (C != 2 * key + Hv * dv) throw Error("cuda gated_delta_rule_qkv: qkv is not [T, 2 Hk dk + Hv dv]");
+    if (qkv_stride != 0 && qkv_stride < C) throw Error("cuda gated_delta_rule_qkv: qkv row stride below its width");
+    GdnParams p = make_params(T, Hk, dk, Hv, dv, a, b, A_log, dt_bias, state, out, qkv.dtype, ab_stride);
+    const size_t es = dtype_size(qkv.dtype);
+    p.q = qkv.data;
+    p.k = static_cast<const char*>(qkv.data) + key * es;
+    p.v = static_cast<const char*>(qkv.data) + 2 * key * es;
+    p.qs = p.ks = p.vs = qkv_stride ? qkv_stride : C;
+    run(p, ws, ws_bytes, s);
 }
 
 }  // namespace grimoire::cuda

@@ -75,7 +75,7 @@ __device__ __forceinline__ const bf16* bf(const void* p) { return static_cast<co
 bool tc_supported(const GdnParams& p) {
     auto al16 = [](const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15) == 0; };
     return p.qdt == kBF16 && p.kdt == kBF16 && p.vdt == kBF16 && p.dk <= DK && p.dk % 8 == 0 && p.dv % 8 == 0 &&
-           al16(p.q) && al16(p.k) && al16(p.v);
+           al16(p.q) && al16(p.k) && al16(p.v) && p.qs % 8 == 0 && p.ks % 8 == 0 && p.vs % 8 == 0;
 }
 
 size_t tc_ws_bytes(int64_t T, int64_t Hv) {
@@ -104,7 +104,7 @@ static __global__ void __launch_bounds__(kThreads) gdn_tc_prep_kernel(GdnParams 
         const int64_t t = t0 + r;
         uint4 val = make_uint4(0, 0, 0, 0);
         if (t < p.T && col < p.dk)
-            val = *reinterpret_cast<const uint4*>(bf(which ? p.q : p.k) + (t * p.Hk + kh) * p.dk + col);
+            val = *reinterpret_cast<const uint4*>(bf(which ? p.q : p.k) + t * (which ? p.qs : p.ks) + kh * p.dk + col);
         *reinterpret_cast<uint4*>((which ? Qs : Ks) + r * LDK + col) = val;
     }
     __syncthreads();
@@ -124,8 +124,8 @@ static __global__ void __launch_bounds__(kThreads) gdn_tc_prep_kernel(GdnParams 
             const bool ok = t < p.T;
             rk[r] = rsqrtf(ks + 1e-6f);
             rq[r] = rsqrtf(qs + 1e-6f) * rsqrtf(static_cast<float>(p.dk));
-            beta[r] = ok ? 1.0f / (1.0f + expf(-ld(p.b, p.bdt, t * p.Hv + h))) : 0.0f;
-            gam[r] = ok ? -Aexp * softplus_(ld(p.a, p.adt, t * p.Hv + h) + dtb) : 0.0f;
+            beta[r] = ok ? 1.0f / (1.0f + expf(-ld(p.b, p.bdt, t * p.ab_s + h))) : 0.0f;
+            gam[r] = ok ? -Aexp * softplus_(ld(p.a, p.adt, t * p.ab_s + h) + dtb) : 0.0f;
         }
     }
     __syncthreads();
@@ -278,19 +278,19 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
     const bf16* kg = bf(p.k);
     const bf16* vg = bf(p.v);
 
-    auto load_rows = [&](bf16* dst, const bf16* src, int64_t c) {  // raw q or k rows of chunk c
+    auto load_rows = [&](bf16* dst, const bf16* src, int64_t rs, int64_t c) {  // raw q or k rows of chunk c
         for (int e = tid; e < C * (DK / 8); e += kThreads) {
             const int r = e / (DK / 8), col = (e % (DK / 8)) * 8;
             const int64_t t = c * C + r;
             const bool ok = t < p.T && col < dk;
-            cp_async16(dst + r * LDK + col, ok ? src + (t * p.Hk + kh) * dk + col : src, ok);
+            cp_async16(dst + r * LDK + col, ok ? src + t * rs + kh * dk + col : src, ok);
         }
     };
     auto load_v = [&](int64_t c) {  // one 16-byte piece per thread: 64 rows x 4
         const int r = tid >> 2, col = (tid & 3) * 8;
         const int64_t t = c * C + r;
         const bool ok = t < p.T && col0 + col < dv;
-        cp_async16(Vs + r * LDV + col, ok ? vg + (t * p.Hv + h) * dv + col0 + col : vg, ok);
+        cp_async16(Vs + r * LDV + col, ok ? vg + t * p.vs + h * dv + col0 + col : vg, ok);
     };
     auto load_rec = [&](int64_t c) {
         const unsigned char* rec = ws + (static_cast<size_t>(c) * p.Hv + h) * Rec::kBytes;
@@ -327,11 +327,11 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
     // (after O = Q S) and lands during the state update, which still reads k of chunk c; q of chunk c + 1
     // then loads into that tile and lands during the next K S. Two commit groups per chunk: {k, v, record}
     // (waited for at the top) and {q} (waited for before Q S).
-    load_rows(Ks, kg, 0);
+    load_rows(Ks, kg, p.ks, 0);
     load_v(0);
     load_rec(0);
     cp_async_commit();
-    load_rows(Qs, qg, 0);
+    load_rows(Qs, qg, p.qs, 0);
     cp_async_commit();
     write_state_operand();
     const int mt = warp & 3, nh = warp >> 2;  // token tile and column half of the [C][BV] products
@@ -418,7 +418,7 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
         const float eg = sc[3 * C];
         __syncthreads();  // V'' complete; q, v, T', PT and the scalars of this chunk no longer read
         if (more) {
-            load_rows(qt, kg, c + 1);
+            load_rows(qt, kg, p.ks, c + 1);
             load_v(c + 1);
             load_rec(c + 1);
             cp_async_commit();
@@ -445,7 +445,7 @@ static __global__ void __launch_bounds__(kThreads, 2) gdn_tc_scan_kernel(GdnPara
         write_state_operand();
         __syncthreads();  // k of this chunk no longer read
         if (more) {
-            load_rows(kt, qg, c + 1);
+            load_rows(kt, qg, p.qs, c + 1);
             cp_async_commit();
         }
     }

@@ -80,8 +80,8 @@ static __global__ void __launch_bounds__(256) gdn_phase1_kernel(GdnParams p, flo
         float qs = 0.0f, ks = 0.0f;
 #pragma unroll 4
         for (int64_t i = lane; i < dk; i += 32) {
-            const float qv = ok ? ld(p.q, p.qdt, (t * p.Hk + kh) * dk + i) : 0.0f;
-            const float kv = ok ? ld(p.k, p.kdt, (t * p.Hk + kh) * dk + i) : 0.0f;
+            const float qv = ok ? ld(p.q, p.qdt, t * p.qs + kh * dk + i) : 0.0f;
+            const float kv = ok ? ld(p.k, p.kdt, t * p.ks + kh * dk + i) : 0.0f;
             qn[r * ldk + i] = qv;
             kn[r * ldk + i] = kv;
             qs += qv * qv;
@@ -95,8 +95,8 @@ static __global__ void __launch_bounds__(256) gdn_phase1_kernel(GdnParams p, flo
             kn[r * ldk + i] *= ki;
         }
         if (lane == 0) {
-            beta[r] = ok ? 1.0f / (1.0f + expf(-ld(p.b, p.bdt, t * p.Hv + h))) : 0.0f;
-            gam[r] = ok ? -Aexp * softplus_(ld(p.a, p.adt, t * p.Hv + h) + dtb) : 0.0f;
+            beta[r] = ok ? 1.0f / (1.0f + expf(-ld(p.b, p.bdt, t * p.ab_s + h))) : 0.0f;
+            gam[r] = ok ? -Aexp * softplus_(ld(p.a, p.adt, t * p.ab_s + h) + dtb) : 0.0f;
         }
     }
     __syncthreads();
@@ -124,7 +124,7 @@ static __global__ void __launch_bounds__(256) gdn_phase1_kernel(GdnParams p, flo
         const int r = static_cast<int>(e / NX);
         const int64_t col = e % NX, t = c * C + r;
         float v;
-        if (col < dv) v = t < p.T ? beta[r] * ld(p.v, p.vdt, (t * p.Hv + h) * dv + col) : 0.0f;
+        if (col < dv) v = t < p.T ? beta[r] * ld(p.v, p.vdt, t * p.vs + h * dv + col) : 0.0f;
         else v = beta[r] * kn[r * ldk + (col - dv)] * expf(gam[r]);
         X[e] = v;
     }
@@ -245,13 +245,17 @@ static __global__ void __launch_bounds__(32 * kGroups) gdn_phase2_kernel(GdnPara
         if (m < nr && col_ok) S[(r0 + m) * dv + j] = s[m];
 }
 
-void launch_chunked(const GdnParams& p, float* ws, cudaStream_t s) {
-    // GRIMOIRE_GDN_SIMT=1 forces the fp32 SIMT kernels: the before/after comparison in one benchmark run.
+// GRIMOIRE_GDN_SIMT=1 forces the fp32 SIMT kernels: the before/after comparison in one benchmark run.
+bool simt_forced() {
     static const bool force_simt = [] {
         const char* e = std::getenv("GRIMOIRE_GDN_SIMT");
         return e && *e == '1';
     }();
-    if (!force_simt && tc_supported(p)) {
+    return force_simt;
+}
+
+void launch_chunked(const GdnParams& p, float* ws, cudaStream_t s) {
+    if (!simt_forced() && tc_supported(p)) {
         launch_chunked_tc(p, ws, s);
         return;
     }

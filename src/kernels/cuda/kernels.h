@@ -16,8 +16,10 @@ namespace grimoire::cuda {
 void embedding(const Tensor& table, const Tensor& ids, Tensor& out, cudaStream_t s);
 // Row-wise RMSNorm over the last dim; in place allowed.
 void rmsnorm(const Tensor& x, const Tensor& w, float eps, NormKind kind, Tensor& out, cudaStream_t s);
-// out = w * (x / rms(x)) * silu(z), rows of w.numel().
-void rmsnorm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out, cudaStream_t s);
+// out = w * (x / rms(x)) * silu(z), rows of D = w.numel(). With z_rows_per_token = H > 0, z is read in place
+// from wider token rows: row r = t H + h of z starts at element t * z_stride + h * D of z.data.
+void rmsnorm_gated(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out, cudaStream_t s,
+                   int64_t z_stride = 0, int64_t z_rows_per_token = 0);
 void add(const Tensor& a, const Tensor& b, Tensor& out, cudaStream_t s);
 void scale(Tensor& x, float v, cudaStream_t s);
 void mul_sigmoid(Tensor& x, const Tensor& gate, cudaStream_t s);
@@ -41,13 +43,21 @@ size_t attention_ws_bytes(int64_t Hq, int64_t D);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& k_cache, Tensor& v_cache,
                const AttnArgs& a, Tensor& out, cudaStream_t s);
 
-void conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& out, cudaStream_t s);
+// x_stride (elements between x's rows; 0: x.cols()) lets x be read in place from a wider row.
+void conv1d_silu(const Tensor& x, const Tensor& w, Tensor& state, Tensor& out, cudaStream_t s, int64_t x_stride = 0);
 // T >= 64 with a workspace of gated_delta_rule_ws_bytes() runs the chunked (WY) prefill form, otherwise the
-// token-by-token recurrence; both update `state` the same way.
-size_t gated_delta_rule_ws_bytes(int64_t T, int64_t Hv, int64_t dk, int64_t dv);
+// token-by-token recurrence; both update `state` the same way. The size depends on the path q, k, v of dtype
+// `act` take (the tensor-core path for BF16 needs ~4x less than the fp32 one).
+size_t gated_delta_rule_ws_bytes(int64_t T, int64_t Hv, int64_t dk, int64_t dv, DType act);
 void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
                       const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out, void* ws,
                       size_t ws_bytes, cudaStream_t s);
+// The same with q, k, v read in place from qkv [T, 2 Hk dk + Hv dv] = q | k | v per token (the conv output of
+// Backend::gdn_core), so the prompt path needs no copies; Hv, dv come from state [Hv, dk, dv]. Row strides
+// (0: dense) let qkv and a, b [T, Hv] be read in place from wider rows.
+void gated_delta_rule_qkv(const Tensor& qkv, int64_t Hk, int64_t dk, const Tensor& a, const Tensor& b,
+                          const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out, void* ws,
+                          size_t ws_bytes, cudaStream_t s, int64_t qkv_stride = 0, int64_t ab_stride = 0);
 
 // y [T, N] = x [T, K] @ w [N, K]^T for small T (decode), bandwidth-bound; x, y BF16/F32, w BF16/F16/F32.
 constexpr int64_t kGemvMaxT = 8;
@@ -75,6 +85,15 @@ void gated_attention_decode(const Tensor& qg, const Tensor& k, const Tensor& v, 
                             const Tensor& k_norm, float eps, const Tensor& positions, const RopeParams& rope,
                             Tensor& k_cache, Tensor& v_cache, float scale, Tensor& q_ws, void* ws, size_t ws_bytes,
                             Tensor& out, cudaStream_t s);
+// Backend::gated_attention_core for a prompt of T tokens (cache rows positions[t] = n_past + t; n_past from
+// n_past_dev when given): prep (split, norms, RoPE, cache append), flash prefill, sigmoid gate read in place
+// from qg. q_ws [T, Hq, D] act scratch. Row strides (0: dense) let qg and k, v be read in place from wider
+// token rows (a stacked q | k | v projection's output).
+void gated_attention_prefill(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
+                             const Tensor& k_norm, float eps, const Tensor& positions, const RopeParams& rope,
+                             Tensor& k_cache, Tensor& v_cache, int64_t n_past, const int* n_past_dev, float scale,
+                             Tensor& q_ws, Tensor& out, cudaStream_t s, int64_t qg_stride = 0,
+                             int64_t kv_stride = 0);
 // Backend::gdn_core after the conv: the token-by-token recurrence reading q | k | v from conv [T, C], with the
 // gated RMSNorm applied, into out [T, Hv * dv]. For short T (the chunked form is for prompts).
 void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
