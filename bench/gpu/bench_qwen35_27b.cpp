@@ -6,7 +6,8 @@
 //                    [--prefill-only] [--prefill-tokens T] [--profile]
 // --prefill-only skips the decode figures; --prefill-tokens times only that prompt length; --profile then
 // prints where one prompt's device time goes per op (StepGraph profiling) and the host-side time of the
-// prompt's launches with graphs off against its device time.
+// prompt's launches with graphs off against its device time; with --quant, also the per-op device time of a
+// 1-token and a 4-token decode step.
 //
 // --random-weights writes a header-only checkpoint of the real geometry (config.json + a sparse
 // model.safetensors whose data region is a hole, so it takes no disk) and loads it with load_model() like any
@@ -357,6 +358,18 @@ int main(int argc, char** argv) {
             metrics["step1_nologits_run_ms"] = run_s / reps * 1e3;
             std::printf("plain step without logits: host record %.3f ms, then run %.3f ms\n", rec_s / reps * 1e3,
                         run_s / reps * 1e3);
+            if (profile) {  // where a decode step's device time goes, op by op (direct launches, not the graph)
+                for (int T : {1, 4}) {
+                    std::vector<int32_t> toks(static_cast<size_t>(T), 1000);
+                    be.set_profiling(true);
+                    st->n_past = 512;
+                    model->forward(*st, toks, 0, logits);
+                    be.synchronize();
+                    be.set_profiling(false);
+                    std::printf("decode step of %d token(s) at context 512, per-op device time:\n%s", T,
+                                be.profile_report().c_str());
+                }
+            }
         }
         metrics["graph_captures"] = be.graph_stats().captures;
         metrics["graph_replays"] = be.graph_stats().replays;
@@ -408,6 +421,22 @@ int main(int argc, char** argv) {
                         static_cast<long long>(T), dt * 1e3, static_cast<long long>(be.graph_stats().captures),
                         static_cast<long long>(be.graph_stats().replays));
             if (profile) {
+                // Host side with graphs on (the timed path): forward() without logits reaches no sync point, so
+                // its wall time is the host's recording plus the launches of the segments flushed on the way
+                // (CudaBackend::set_prompt_segment_ops); the GPU idles through what precedes the first launch.
+                double rec_on = 0;
+                for (int i = 0; i < 3; ++i) {
+                    st->reset();
+                    be.synchronize();
+                    const double a = now();
+                    model->forward(*st, prompt, 0, logits);
+                    const double b = now();
+                    be.synchronize();
+                    if (i > 0) rec_on += b - a;
+                }
+                std::printf("prefill %4lld without logits, graphs on: host record %.3f ms\n", static_cast<long long>(T),
+                            rec_on / 2 * 1e3);
+                metrics[k + "_host_record_ms"] = rec_on / 2 * 1e3;
                 // Host side: graphs off, so every op launches as the model records it; the wall time of the
                 // forward without logits is the host's walk + launches, the synchronize after it the rest.
                 be.set_graphs(false);

@@ -46,7 +46,9 @@
 // Programmatic dependent launch (sm_90): the grid may start while its predecessor still runs (the launcher sets
 // the attribute on Hopper); each block prefetches into L2 the weights of its first GRIMOIRE_QMM_PDL_PF steps
 // (they depend on nothing) and only then waits for the predecessor's results (x, and the workspace a previous
-// qmm may still be reducing). Without the attribute the wait returns at once.
+// qmm may still be reducing). Without the attribute the wait returns at once. A block lets the next grid launch
+// once its last chunk is done (not at its start: small grids would then let several launches queue up on the
+// SMs, each prefetching, and thrash the L2).
 #ifndef GRIMOIRE_QMM_PDL
 #define GRIMOIRE_QMM_PDL 1
 #endif
@@ -226,7 +228,6 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
     char* ring = reinterpret_cast<char*>(smem_u4) + warp * S * a.stage;  // this warp's S stages
     trace(0);
 #if GRIMOIRE_QMM_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
     {
         const uint4* wb = reinterpret_cast<const uint4*>(a.words);
         int cb = w0 / KC, c0 = w0 - cb * KC;
@@ -522,7 +523,12 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
         }
 
         // ---- this column block: written directly when this grid block did all of it, else a partial.
-        if (w == w1) trace(3);
+        if (w == w1) {  // the block's last chunk is done: the next grid may launch and prefetch during our tail
+            trace(3);
+#if GRIMOIRE_QMM_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            asm volatile("griddepcontrol.launch_dependents;");
+#endif
+        }
         const bool whole = seg_begin == nb * KC && seg_end == (nb + 1) * KC;
         const int pslot = seg_begin == w0 ? 0 : 1;
         float* part = a.partials + (static_cast<int64_t>(b) * 2 + pslot) * a.M * kColBlock;
