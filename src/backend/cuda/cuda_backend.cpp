@@ -62,6 +62,7 @@ CudaBackend::CudaBackend(int dev, DType act) : act_(act) {
     // On by default (measured on the H200: 512-token 27B prompt 0.559 -> 0.564 of GEMM, host launch time 14.6 ->
     // 8.6 ms); GRIMOIRE_DENSE_STACK=0 runs one GEMM per part (before / after comparisons).
     if (const char* e = std::getenv("GRIMOIRE_DENSE_STACK"); e && std::strcmp(e, "0") == 0) stack_split_ = false;
+    if (const char* e = std::getenv("GRIMOIRE_PROMPT_SEGMENT")) prompt_segment_ops_ = std::strtoull(e, nullptr, 10);
     name_ = std::string("cuda:") + std::to_string(dev) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
             std::to_string(prop.minor) + ")";
     GRIMOIRE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -488,6 +489,11 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& out) {
                        gemm(xin, wt, gout, s);
                        if (gout.data != o.data) cuda::convert(gout, o, s);
                    });
+    // Prompt segments (see set_prompt_segment_ops). Never while a split is deferred: the op after it decides
+    // whether the split runs at all.
+    if (prompt_segment_ops_ && graph_->enabled() && !graph_->profiling() && !pending_split_ &&
+        graph_->pending_ops() >= prompt_segment_ops_)
+        graph_->flush();
 }
 
 void CudaBackend::matmul_split(const Tensor& x, const Tensor& w, Tensor* ys, size_t n_ys) {

@@ -80,6 +80,11 @@ public:
     // set_stack_split(false) turns it off: every part then runs its own GEMM (the earlier path).
     void matmul_split(const Tensor& x, const Tensor& w, Tensor* ys, size_t n_ys) override;
     void set_stack_split(bool on) { stack_split_ = on; }
+    // A prompt's recorded ops are flushed (run, or captured / replayed as their own graph) at the first GEMM
+    // after `n` of them, so the GPU starts on the first segment while the host records the rest instead of
+    // idling through the whole step's recording. 0 records the step as one piece (decode steps never split:
+    // they have no cuBLAS GEMM). Default 128; GRIMOIRE_PROMPT_SEGMENT=N sets it.
+    void set_prompt_segment_ops(size_t n) { prompt_segment_ops_ = n; }
     void add_bias(Tensor& x, const Tensor& bias) override;
 
     // ---- fused ops (decode: one kernel per op, or two/three for the attention and DeltaNet cores; prompts of
@@ -186,6 +191,7 @@ private:
     int n_int_slots_ = 0;
     int n_sm_ = 132;
     bool stack_split_ = true;
+    size_t prompt_segment_ops_ = 128;
     std::optional<uint64_t> random_seed_;
     struct WsBuf {
         void* ptr = nullptr;

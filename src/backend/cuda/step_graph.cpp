@@ -10,7 +10,8 @@
 namespace grimoire::cuda {
 
 namespace {
-constexpr size_t kMaxGraphs = 64;  // distinct step shapes kept instantiated (decode + a few prefill lengths)
+// Distinct steps (or prompt segments, see CudaBackend::matmul) kept instantiated: decode + a few prompt lengths.
+constexpr size_t kMaxGraphs = 256;
 }
 
 KeyHasher& KeyHasher::addf(float f) {

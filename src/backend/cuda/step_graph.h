@@ -45,6 +45,7 @@ public:
     bool enabled() const { return enabled_; }
     void set_enabled(bool on);
     bool pending() const { return !ops_.empty(); }
+    size_t pending_ops() const { return ops_.size(); }
     // With graphs disabled the op runs immediately; otherwise it is recorded until flush(). `tag` names the op
     // in the profile (a string that outlives the step: a literal or intern()).
     void record(uint64_t key, Fn fn, const char* tag = "op");
