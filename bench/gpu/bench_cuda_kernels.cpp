@@ -1,9 +1,11 @@
 // Per-kernel timings of the CUDA backend at Qwen3.5-27B shapes, to attribute a prefill or decode step:
-//   bench_cuda_kernels [--tokens 4096]
+//   bench_cuda_kernels [--tokens 4096] [--lt-sweep]
 // Each op runs through CudaBackend (graphs off, so every call launches directly) 2 times untimed and 5 timed
 // with CUDA events; prints milliseconds per call and, for memory-bound ops, GB/s.
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -12,6 +14,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "kernels/cuda/kernels.h"
 #include "kernels/cuda/split_cols.h"
 
 using namespace grimoire;
@@ -41,17 +44,111 @@ void report(const char* what, double ms, double bytes, double flops) {
     std::printf("\n");
 }
 
+// --lt-sweep: out [T, N] = x [T, K] w^T through cuBLASLt for every algorithm its heuristic offers (up to 64) and,
+// for the first 4, split-K 2 / 3 / 4 with the workspace reduction; prints the 6 fastest with their configuration
+// beside the cublasGemmEx figure of the backend. Operands uniform random (w +-0.02, x +-1).
+void lt_sweep(CudaBackend& be, int64_t T, int64_t N, int64_t K) {
+    auto cfg = [](const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t at) {
+        uint32_t v = 0;
+        size_t got = 0;
+        cublasLtMatmulAlgoConfigGetAttribute(&a, at, &v, sizeof(v), &got);
+        return v;
+    };
+    Tensor w = be.alloc_persistent(DType::BF16, {N, K}), x = be.alloc_persistent(DType::BF16, {T, K});
+    Tensor y = be.alloc_persistent(DType::BF16, {T, N});
+    cuda::random_fill(w.data, DType::BF16, N * K, 11, 0.02f, 0.0f, be.stream());
+    cuda::random_fill(x.data, DType::BF16, T * K, 12, 1.0f, 0.0f, be.stream());
+    const double flops = 2.0 * T * N * K;
+    const double ref = time_ms(be, [&] { be.matmul(x, w, y); });
+    std::printf("lt sweep [%lld, %lld] x [%lld, %lld]: cublasGemmEx %.4f ms (%.0f TFLOP/s)\n",
+                static_cast<long long>(T), static_cast<long long>(K), static_cast<long long>(N),
+                static_cast<long long>(K), ref, flops / (ref * 1e-3) / 1e12);
+    cublasLtHandle_t lt;
+    cublasLtCreate(&lt);
+    const size_t ws_bytes = 64ull << 20;
+    void* ws = nullptr;
+    cudaMalloc(&ws, ws_bytes);
+    cublasLtMatmulDesc_t op;
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+    cublasLtMatrixLayout_t la, lb, lc;  // column-major views: w^T [K, N] (op T), x^T [K, T], y^T [N, T]
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, static_cast<uint64_t>(K), static_cast<uint64_t>(N), K);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, static_cast<uint64_t>(K), static_cast<uint64_t>(T), K);
+    cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, static_cast<uint64_t>(N), static_cast<uint64_t>(T), N);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes));
+    std::vector<cublasLtMatmulHeuristicResult_t> res(64);
+    int n = 0;
+    cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 64, res.data(), &n);
+    std::vector<cublasLtMatmulAlgo_t> algos;
+    for (int i = 0; i < n; ++i)
+        if (res[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS) algos.push_back(res[static_cast<size_t>(i)].algo);
+    const size_t n_heur = algos.size();
+    for (size_t i = 0; i < std::min<size_t>(4, n_heur); ++i)
+        for (uint32_t sk : {2u, 3u, 4u}) {
+            cublasLtMatmulAlgo_t a = algos[i];
+            const uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+            cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof(sk));
+            cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof(red));
+            cublasLtMatmulHeuristicResult_t chk{};
+            if (cublasLtMatmulAlgoCheck(lt, op, la, lb, lc, lc, &a, &chk) == CUBLAS_STATUS_SUCCESS &&
+                chk.workspaceSize <= ws_bytes)
+                algos.push_back(a);
+        }
+    const float alpha = 1.0f, beta = 0.0f;
+    std::vector<std::pair<double, size_t>> times;
+    for (size_t i = 0; i < algos.size(); ++i) {
+        bool ok = true;
+        const double ms = time_ms(be, [&] {
+            ok = ok && cublasLtMatmul(lt, op, &alpha, w.data, la, x.data, lb, &beta, y.data, lc, y.data, lc, &algos[i],
+                                      ws, ws_bytes, be.stream()) == CUBLAS_STATUS_SUCCESS;
+        });
+        if (ok) times.emplace_back(ms, i);
+    }
+    std::sort(times.begin(), times.end());
+    std::printf("  %zu heuristic + %zu split-K variants timed\n", n_heur, algos.size() - n_heur);
+    for (size_t r = 0; r < std::min<size_t>(6, times.size()); ++r) {
+        const auto& a = algos[times[r].second];
+        std::printf("  %.4f ms %4.0f TFLOP/s  %s id %u tile %u stages %u splitK %u red %u swizzle %u cluster %u\n",
+                    times[r].first, flops / (times[r].first * 1e-3) / 1e12,
+                    times[r].second < n_heur ? "heur " : "split", cfg(a, CUBLASLT_ALGO_CONFIG_ID),
+                    cfg(a, CUBLASLT_ALGO_CONFIG_TILE_ID), cfg(a, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                    cfg(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), cfg(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+                    cfg(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING), cfg(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+    cudaFree(ws);
+    cublasLtDestroy(lt);
+    be.free_persistent(w), be.free_persistent(x), be.free_persistent(y);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     int64_t T = 4096;
-    for (int i = 1; i + 1 < argc; ++i)
-        if (std::string(argv[i]) == "--tokens") T = std::stoll(argv[++i]);
+    bool sweep = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::string(argv[i]) == "--tokens" && i + 1 < argc) T = std::stoll(argv[++i]);
+        else if (std::string(argv[i]) == "--lt-sweep") sweep = true;
+    }
     try {
         CudaBackend be(0, DType::BF16);
         be.set_graphs(false);
         be.set_random_weights(1);
         const int64_t H = 5120, I = 17408, Hq = 24, Hkv = 4, D = 256, Hk = 16, Hv = 48, dk = 128, dv = 128;
+        if (sweep) {  // the N = 5120 output projections, and gate / up for comparison
+            lt_sweep(be, T, H, Hv * dv);
+            lt_sweep(be, T, H, I);
+            lt_sweep(be, T, I, H);
+            return 0;
+        }
         const int64_t C = 2 * Hk * dk + Hv * dv;
         auto W = [&](int64_t n, int64_t k) {
             TensorInfo ti;
@@ -106,6 +203,12 @@ int main(int argc, char** argv) {
         }
         report("rmsnorm [T,5120]", time_ms(be, [&] { be.rmsnorm(x, wn, 1e-6f, NormKind::PLUS_ONE, y); }), 4.0 * T * H, 0);
         report("add [T,5120]", time_ms(be, [&] { be.add(x, y, x); }), 6.0 * T * H, 0);
+        {  // the residual add + norm after every down / out / o projection (x, y read; x, out written)
+            Tensor xo = S({T, H});
+            report("add_rmsnorm [T,5120]", time_ms(be, [&] { be.add_rmsnorm(x, y, wn, 1e-6f, NormKind::PLUS_ONE, xo); }),
+                   8.0 * T * H, 0);
+            be.free_persistent(xo);
+        }
         report("silu_mul [T,17408]", time_ms(be, [&] { be.silu_mul(g, u, g); }), 6.0 * T * I, 0);
         Tensor conv = S({T, C}), cst = S({3, C}), cw = S({C, 4}, DType::F32);
         report("conv1d_silu [T,10240]", time_ms(be, [&] { be.conv1d_silu(mixed, cw, cst, conv); }), 4.0 * T * C, 0);

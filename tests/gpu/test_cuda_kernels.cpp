@@ -75,7 +75,7 @@ TEST(CudaKernels, RmsNormGated) {
     for (int64_t D : {24, 128, 256, 384}) {
         const auto w = rand_bf16(static_cast<size_t>(D), 4, 0.5f, 1.5f);
         Tensor wc = put(*b.cpu, w, DType::F32, {D}), wg = put(*b.gpu, w, DType::F32, {D});
-        for (int64_t R : {1, 3 * 6, 65 * 48}) {
+        for (int64_t R : {1, 3 * 6, 17, 65 * 48}) {  // 17: a warp with one row of its two
             const auto x = rand_bf16(static_cast<size_t>(R * D), 5, -2, 2), z = rand_bf16(static_cast<size_t>(R * D), 6, -4, 4);
             Tensor xc = put(*b.cpu, x, DType::F32, {R, D}), zc = put(*b.cpu, z, DType::F32, {R, D});
             Tensor xg = put(*b.gpu, x, DType::BF16, {R, D}), zg = put(*b.gpu, z, DType::BF16, {R, D});

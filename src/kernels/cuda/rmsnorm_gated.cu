@@ -29,11 +29,14 @@ static __global__ void rmsnorm_gated_kernel(const void* __restrict__ x,  // [R, 
     }
 }
 
-// BF16 x, z, out with D a multiple of 128 (<= 512; the DeltaNet's dv): one warp per row, a lane holding 4
-// consecutive values per 128 columns (8-byte loads, 256 contiguous bytes per warp), the sum of squares by
-// shuffles. The block-per-row kernel above ran a 128-wide row per 128-thread block with two barriers, ~4x
-// below the bandwidth its bytes need at [512 x 48, 128].
+// BF16 x, z, out with D a multiple of 128 (<= 512; the DeltaNet's dv): a warp per row (kRowsPerWarp rows in
+// turn), a lane holding 4 consecutive values per 128 columns (8-byte loads, 256 contiguous bytes per warp), the
+// sum of squares by shuffles. The block-per-row kernel above ran a 128-wide row per 128-thread block with two
+// barriers, ~4x below the bandwidth its bytes need at [512 x 48, 128].
 constexpr int kWarpRowsPerBlock = 8;
+// Rows per warp: both rows' loads are issued before the first use, so a lane has 4 loads in flight (with one
+// row, 2: the [512 x 48, 128] call ran at ~60% of the bandwidth its bytes need).
+constexpr int kRowsPerWarp = 2;
 template <int NC>  // D / 128
 static __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
     rmsnorm_gated_warp_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ z,
@@ -41,40 +44,53 @@ static __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
                               int64_t zs, int64_t zh) {
     constexpr int D = NC * 128;
     const int lane = threadIdx.x & 31;
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5);
-    if (r >= R) return;
-    const int64_t zbase = zh ? (r / zh) * zs + (r % zh) * D : r * D;
-    float xv[NC][4], zv[NC][4];
-    float ss = 0.0f;
+    const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5)) * kRowsPerWarp;
+    if (r0 >= R) return;
+    uint2 xu[kRowsPerWarp][NC], zu[kRowsPerWarp][NC];
 #pragma unroll
-    for (int j = 0; j < NC; ++j) {
-        const int64_t i = r * D + j * 128 + lane * 4;
-        const uint2 xu = *reinterpret_cast<const uint2*>(x + i);
-        const uint2 zu = *reinterpret_cast<const uint2*>(z + zbase + j * 128 + lane * 4);
-        const __nv_bfloat162* xh = reinterpret_cast<const __nv_bfloat162*>(&xu);
-        const __nv_bfloat162* zh = reinterpret_cast<const __nv_bfloat162*>(&zu);
+    for (int q = 0; q < kRowsPerWarp; ++q) {
+        const int64_t r = r0 + q;
+        if (r >= R) continue;
+        const int64_t zbase = zh ? (r / zh) * zs + (r % zh) * D : r * D;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const float2 xf = __bfloat1622float2(xh[e]), zf = __bfloat1622float2(zh[e]);
-            xv[j][2 * e] = xf.x;
-            xv[j][2 * e + 1] = xf.y;
-            zv[j][2 * e] = zf.x;
-            zv[j][2 * e + 1] = zf.y;
-            ss += xf.x * xf.x + xf.y * xf.y;
+        for (int j = 0; j < NC; ++j) {
+            xu[q][j] = *reinterpret_cast<const uint2*>(x + r * D + j * 128 + lane * 4);
+            zu[q][j] = *reinterpret_cast<const uint2*>(z + zbase + j * 128 + lane * 4);
         }
     }
-    const float rs = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
 #pragma unroll
-    for (int j = 0; j < NC; ++j) {
-        const int c = j * 128 + lane * 4;
-        float o[4];
+    for (int q = 0; q < kRowsPerWarp; ++q) {
+        const int64_t r = r0 + q;
+        if (r >= R) continue;
+        float xv[NC][4], zv[NC][4];
+        float ss = 0.0f;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o[e] = ld(w, wdt, c + e) * xv[j][e] * rs * zv[j][e] * sigmoidf_(zv[j][e]);
-        uint2 ou;
-        __nv_bfloat162* oh = reinterpret_cast<__nv_bfloat162*>(&ou);
-        oh[0] = __floats2bfloat162_rn(o[0], o[1]);
-        oh[1] = __floats2bfloat162_rn(o[2], o[3]);
-        *reinterpret_cast<uint2*>(out + r * D + c) = ou;
+        for (int j = 0; j < NC; ++j) {
+            const __nv_bfloat162* xh = reinterpret_cast<const __nv_bfloat162*>(&xu[q][j]);
+            const __nv_bfloat162* zh2 = reinterpret_cast<const __nv_bfloat162*>(&zu[q][j]);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float2 xf = __bfloat1622float2(xh[e]), zf = __bfloat1622float2(zh2[e]);
+                xv[j][2 * e] = xf.x;
+                xv[j][2 * e + 1] = xf.y;
+                zv[j][2 * e] = zf.x;
+                zv[j][2 * e + 1] = zf.y;
+                ss += xf.x * xf.x + xf.y * xf.y;
+            }
+        }
+        const float rs = rsqrtf(warp_sum(ss) / static_cast<float>(D) + eps);
+#pragma unroll
+        for (int j = 0; j < NC; ++j) {
+            const int c = j * 128 + lane * 4;
+            float o[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[e] = ld(w, wdt, c + e) * xv[j][e] * rs * zv[j][e] * sigmoidf_(zv[j][e]);
+            uint2 ou;
+            __nv_bfloat162* oh = reinterpret_cast<__nv_bfloat162*>(&ou);
+            oh[0] = __floats2bfloat162_rn(o[0], o[1]);
+            oh[1] = __floats2bfloat162_rn(o[2], o[3]);
+            *reinterpret_cast<uint2*>(out + r * D + c) = ou;
+        }
     }
 }
 
@@ -84,7 +100,8 @@ static bool launch_rmsnorm_gated_warp(const void* x, int xdt, const void* z, int
     const bool al8 = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(z) |
                        reinterpret_cast<uintptr_t>(out)) & 7) == 0;
     if (xdt != kBF16 || zdt != kBF16 || odt != kBF16 || !al8 || D % 128 != 0 || D > 512 || zs % 4 != 0) return false;
-    const unsigned grid = static_cast<unsigned>((R + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
+    const int64_t rows_per_block = static_cast<int64_t>(kWarpRowsPerBlock) * kRowsPerWarp;
+    const unsigned grid = static_cast<unsigned>((R + rows_per_block - 1) / rows_per_block);
     const auto* xb = static_cast<const __nv_bfloat16*>(x);
     const auto* zb = static_cast<const __nv_bfloat16*>(z);
     auto* ob = static_cast<__nv_bfloat16*>(out);
