@@ -498,6 +498,30 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, Tensor& out) {
 
 void CudaBackend::matmul_split(const Tensor& x, const Tensor& w, Tensor* ys, size_t n_ys) {
     const int64_t T = x.rows(), N = w.ndim == 2 ? w.dim(0) : 0, K = x.cols();
+    if (T <= cuda::kGemvMaxT && n_ys >= 2 && n_ys <= static_cast<size_t>(cuda::kMaxSplitCols) && w.ndim == 2 &&
+        x.cols() == w.dim(1)) {
+        // Decode rows (a verify step's T = 2..8): one gemv over the stacked weight writing each part directly
+        // (a gemv per part left the narrow DeltaNet b / a with a few blocks each).
+        bool same = true;
+        int64_t n = 0;
+        for (size_t i = 0; i < n_ys; ++i) {
+            same = same && ys[i].dtype == ys[0].dtype && ys[i].rows() == T;
+            n += ys[i].cols();
+        }
+        if (same && n == N) {
+            std::vector<Tensor> parts(ys, ys + n_ys);
+            cuda::KeyHasher key;
+            key.add(OP_GEMV).add(x).add(w).add(static_cast<uint64_t>(n_ys));
+            for (const Tensor& p : parts) key.add(p);
+            const char* tag = !graph_->profiling() ? "gemv_split"
+                                                   : graph_->intern("gemv_split T" + std::to_string(T) + " N" +
+                                                                    std::to_string(N) + " K" + std::to_string(K));
+            rec(tag, key.h, [=](cudaStream_t s) {
+                cuda::gemv_split(x, w, parts.data(), static_cast<int>(parts.size()), s);
+            });
+            return;
+        }
+    }
     bool one = stack_split_ && T > cuda::kGemvMaxT && n_ys >= 2 && n_ys <= static_cast<size_t>(cuda::kMaxSplitCols);
     for (size_t i = 0; i < n_ys; ++i) one = one && ys[i].dtype == act_ && ys[i].rows() == T;
     if (one) {
@@ -620,7 +644,7 @@ void CudaBackend::gated_attention_core(const Tensor& qg, Tensor& k, const Tensor
     key.add(q_ws).add(o).addf(scale).add(static_cast<uint64_t>(rope_p.rot_dim)).add(static_cast<uint64_t>(rope_p.neox));
     key.addf(rope_p.attn_factor);
     for (float f : rope_p.inv_freq) key.addf(f);
-    if (T > 1) {
+    if (T > cuda::kAttnDecodeMaxT) {
         // A prompt: prep + flash prefill + the gate read in place from qg (the unfused sequence copied the query
         // and the gate out of qg and ran nine kernels). qg, k, v are read in place from the stacked GEMM's
         // output when they are the parts of its deferred split. The length comes from a device slot like
@@ -639,7 +663,8 @@ void CudaBackend::gated_attention_core(const Tensor& qg, Tensor& k, const Tensor
     }
     void* ws = attn_ws_;
     const size_t wsb = attn_ws_bytes_;
-    // The position (and so the length) is read from positions[0] on the device: no per-step slot.
+    // Decode and verify steps (T <= 8, the split-K decode kernels per token): each token's position (and so
+    // its length) is read from positions[t] on the device: no per-step slot.
     rec("gattn_decode", key.h, [=](cudaStream_t s) mutable {
         cuda::gated_attention_decode(qg, k, v, q_norm, k_norm, eps, positions, rope_p, kc, vc, scale, q_ws, ws, wsb, o, s);
     });

@@ -1,4 +1,5 @@
-// Split-K flash-decoding for one query token (T = 1) against the KV cache.
+// Split-K flash-decoding for one query token against the KV cache, or for a few (T <= 8: a verify step), each
+// token t a grid z-slice with its own length positions[t] + 1 (so the causal mask is the length).
 //
 // Kernel 1, grid (Hkv, kMaxSplits), 4 warps: block (kvh, split) handles cache rows [k0, k1) of its split for
 // all G = Hq/Hkv query heads of that KV head, so each K/V row is read once per step whatever G is. A lane
@@ -6,6 +7,10 @@
 // per head; the 4 warps are merged in shared memory and the split writes (max, sum, unnormalised acc) to the
 // workspace. Blocks past the device-computed split count return at once. Kernel 2, one block per query
 // head, merges the splits (and, for gated attention, applies the sigmoid output gate).
+#include <cstdlib>
+#include <string>
+#include <type_traits>
+
 #include "kernels/cuda/attention_impl.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/fused_util.cuh"
@@ -18,18 +23,21 @@ constexpr int kMaxG = 8;
 constexpr int kRows = 2;  // K/V rows each warp scores per iteration (the code below is written for 2)
 
 struct DecodeParams {
-    const void* q;        // [Hq, D]
+    const void* q;        // [T, Hq, D]
     const void* k_cache;  // [max_ctx, Hkv, D]
     const void* v_cache;  // [max_ctx, Hkv, D]
-    float* ws;            // acc [Hq, kMaxSplits, D] then (max, sum) [Hq, kMaxSplits, 2]
-    void* out;            // [Hq, D]
+    float* ws;            // acc [Hq, kMaxSplits, D] then (max, sum) [Hq, kMaxSplits, 2]; token t owns the
+                          // slots [t * max_splits, (t + 1) * max_splits) of each head
+    void* out;            // [T, Hq, D]
     int q_dt, o_dt, G;
     int64_t Hq, Hkv, D, n_past;
-    const int* n_past_dev;
+    const int* n_past_dev;  // null, or token t's n_past at [t] (the positions of gated attention)
     float scale;
-    const void* gate;  // null, or [Hq, gate_stride]: out = round(out) * sigmoid(gate) (gated attention)
+    const void* gate;  // null, or [T, Hq, gate_stride]: out = round(out) * sigmoid(gate) (gated attention)
     int gate_dt;
     int64_t gate_stride;
+    int max_splits;  // kMaxSplits / T
+    int n_tok;       // T
 };
 
 template <int EPL>
@@ -56,8 +64,66 @@ __device__ __forceinline__ void load_row(const float* p, float* f) {
     for (int i = 0; i < EPL; ++i) f[i] = p[i];
 }
 
+// Token blockIdx.z's length and split count.
 __device__ __forceinline__ int64_t current_len(const DecodeParams& p) {
-    return (p.n_past_dev ? *p.n_past_dev : p.n_past) + 1;
+    const int t = static_cast<int>(blockIdx.z);
+    return (p.n_past_dev ? p.n_past_dev[t] : p.n_past + t) + 1;
+}
+// GRIMOIRE_DECODE_TILE=0: the lane-per-dim kernel for every shape (for comparison).
+bool tile_disabled() {
+    static const bool off = [] {
+        const char* v = std::getenv("GRIMOIRE_DECODE_TILE");
+        return v && std::string(v) == "0";
+    }();
+    return off;
+}
+__device__ __forceinline__ int splits_for(const DecodeParams& p, int64_t len) {
+    const int n = num_splits(len);
+    return n < p.max_splits ? n : p.max_splits;
+}
+
+// Token blockIdx.z's cache rows [k0, k1) for split blockIdx.y and its workspace slot; false for a split past
+// the token's split count (the grid is sized for the most).
+struct SplitRange {
+    int64_t tok, slot, k0, k1;
+};
+__device__ __forceinline__ bool split_range(const DecodeParams& p, SplitRange& r) {
+    const int64_t L = current_len(p);
+    const int ns = splits_for(p, L), split = static_cast<int>(blockIdx.y);
+    if (split >= ns) return false;
+    const int64_t per = (L + ns - 1) / ns;
+    r.tok = blockIdx.z;
+    r.slot = r.tok * p.max_splits + split;
+    r.k0 = split * per;
+    r.k1 = r.k0 + per < L ? r.k0 + per : L;
+    return true;
+}
+
+// After the block's barrier: joins the kWarps partial softmax states of the block's G heads (warp w's head g
+// accumulator at sm_acc[(w * ng + g) * D], its max and sum at sm_m / sm_l[w * ng + g]) into workspace slot
+// `slot` of each head.
+__device__ __forceinline__ void store_split(const DecodeParams& p, const float* sm_acc, const float* sm_m,
+                                            const float* sm_l, int ng, int G, int64_t D, int64_t kvh, int64_t slot) {
+    float* ws_acc = p.ws;
+    float* ws_ml = p.ws + p.Hq * kMaxSplits * D;
+    for (int g = 0; g < G; ++g) {
+        float M = -INFINITY;
+        for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w * ng + g]);
+        const int64_t h = kvh * G + g;
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            float v = 0.0f;
+            for (int w = 0; w < kWarps; ++w)
+                if (sm_m[w * ng + g] != -INFINITY) v += __expf(sm_m[w * ng + g] - M) * sm_acc[(w * ng + g) * D + d];
+            ws_acc[(h * kMaxSplits + slot) * D + d] = v;
+        }
+        if (threadIdx.x == 0) {
+            float Ls = 0.0f;
+            for (int w = 0; w < kWarps; ++w)
+                if (sm_m[w * ng + g] != -INFINITY) Ls += __expf(sm_m[w * ng + g] - M) * sm_l[w * ng + g];
+            ws_ml[(h * kMaxSplits + slot) * 2] = M;
+            ws_ml[(h * kMaxSplits + slot) * 2 + 1] = Ls;
+        }
+    }
 }
 }  // namespace
 
@@ -68,22 +134,20 @@ static __global__ void __launch_bounds__(32 * kWarps) decode_split_kernel(Decode
     __shared__ float sm_q[kMaxG][EPL * 32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t kvh = blockIdx.x;
-    const int split = blockIdx.y;
-    const int64_t L = current_len(p);
-    const int ns = num_splits(L);
-    if (split >= ns) return;
-    const int64_t per = (L + ns - 1) / ns;
-    const int64_t k0 = split * per, k1 = k0 + per < L ? k0 + per : L;
+    SplitRange sr;
+    if (!split_range(p, sr)) return;
+    const int64_t tok = sr.tok, k0 = sr.k0, k1 = sr.k1;
     const int G = p.G;
     const int64_t D = p.D, row = p.Hkv * D;
 
     // The scaled query heads live in shared memory (each lane reads only its own EPL dims), which leaves the
-    // registers to the accumulators and to kRows rows of K and V in flight per warp.
-    if (warp == 0)
-        for (int g = 0; g < G; ++g)
-#pragma unroll
-            for (int e = 0; e < EPL; ++e)
-                sm_q[g][lane * EPL + e] = ld(p.q, p.q_dt, (kvh * G + g) * D + lane * EPL + e) * p.scale;
+    // registers to the accumulators and to kRows rows of K and V in flight per warp. Dim lane * EPL + e is
+    // stored at [e * 32 + lane], so the 32 lanes' reads of one e hit 32 banks: the natural layout made every
+    // read an 8-way bank conflict, which set the speed of the whole walk (H200, 32K: 0.21 ms per layer).
+    for (int i = threadIdx.x; i < G * EPL * 32; i += blockDim.x) {
+        const int g = i / (EPL * 32), d = i % (EPL * 32);
+        sm_q[g][(d % EPL) * 32 + d / EPL] = ld(p.q, p.q_dt, ((tok * p.Hq) + kvh * G + g) * D + d) * p.scale;
+    }
     __syncthreads();
     float acc[kMaxG][EPL], m[kMaxG], l[kMaxG];
 #pragma unroll
@@ -133,7 +197,7 @@ static __global__ void __launch_bounds__(32 * kWarps) decode_split_kernel(Decode
                 float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
                 for (int e = 0; e < EPL; ++e) {
-                    const float qe = sm_q[g][lane * EPL + e];
+                    const float qe = sm_q[g][e * 32 + lane];
                     s0 += qe * kr[0][e];
                     s1 += qe * kr[1][e];
                 }
@@ -160,26 +224,7 @@ static __global__ void __launch_bounds__(32 * kWarps) decode_split_kernel(Decode
         }
     }
     __syncthreads();
-    float* ws_acc = p.ws;
-    float* ws_ml = p.ws + p.Hq * kMaxSplits * D;
-    for (int g = 0; g < G; ++g) {
-        float M = -INFINITY;
-        for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w][g]);
-        const int64_t h = kvh * G + g;
-        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-            float v = 0.0f;
-            for (int w = 0; w < kWarps; ++w)
-                if (sm_m[w][g] != -INFINITY) v += __expf(sm_m[w][g] - M) * sm_acc[w][g][d];
-            ws_acc[(h * kMaxSplits + split) * D + d] = v;
-        }
-        if (threadIdx.x == 0) {
-            float Ls = 0.0f;
-            for (int w = 0; w < kWarps; ++w)
-                if (sm_m[w][g] != -INFINITY) Ls += __expf(sm_m[w][g] - M) * sm_l[w][g];
-            ws_ml[(h * kMaxSplits + split) * 2] = M;
-            ws_ml[(h * kMaxSplits + split) * 2 + 1] = Ls;
-        }
-    }
+    store_split(p, &sm_acc[0][0][0], &sm_m[0][0], &sm_l[0][0], kMaxG, G, D, kvh, sr.slot);
 }
 
 // One block of kCombineThreads per query head. The split weights exp(m_s - M) / sum are computed once into
@@ -191,11 +236,11 @@ static __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(
     __shared__ float wgt[kMaxSplits];
     __shared__ float part[kCombineThreads];
     __shared__ float red[32];
-    const int64_t h = blockIdx.x, D = p.D;
+    const int64_t h = blockIdx.x, D = p.D, tok = blockIdx.z, slot0 = tok * p.max_splits;
     const int tid = threadIdx.x;
-    const int ns = num_splits(current_len(p));
-    const float* ws_acc = p.ws + h * kMaxSplits * D;
-    const float* ws_ml = p.ws + p.Hq * kMaxSplits * D + h * kMaxSplits * 2;
+    const int ns = splits_for(p, current_len(p));
+    const float* ws_acc = p.ws + (h * kMaxSplits + slot0) * D;
+    const float* ws_ml = p.ws + p.Hq * kMaxSplits * D + (h * kMaxSplits + slot0) * 2;
     // Block max over the split maxima (kMaxSplits <= kCombineThreads: one split per thread).
     const float ms = tid < ns ? ws_ml[2 * tid] : -INFINITY;
     float M = warp_max(ms);
@@ -221,17 +266,165 @@ static __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(
         float o = 0.0f;
         for (int q = 0; q < groups; ++q) o += part[q * D + tid];
         if (p.gate) {
-            const float gv = ld(p.gate, p.gate_dt, h * p.gate_stride + tid);
+            const float gv = ld(p.gate, p.gate_dt, (tok * p.Hq + h) * p.gate_stride + tid);
             o = round_as(p.o_dt, o) * sigmoidf_(gv);
         }
-        st(p.out, p.o_dt, h * D + tid, o);
+        st(p.out, p.o_dt, (tok * p.Hq + h) * D + tid, o);
+    }
+}
+
+
+// BF16 caches, head_dim 128 / 256, G known at compile time: the same split, walked in tiles of 8 rows per warp
+// with the work laid out so no (row, head) score needs a 32-lane reduction. Scores: lane (r, part) = (lane / 4,
+// lane % 4) dots row r's dims {c * 32 + part * 8 + [0, 8)} with every head (16-byte K loads, 4 lanes cover 64
+// contiguous bytes of a row), then 2 shuffles join the 4 parts. Softmax per tile: 3 shuffles per head for the
+// max and the sum over the 8 rows. P V: lane owns dims lane * EPL + [0, EPL) (the V row's coalesced load) and
+// takes each row's probability by one shuffle. The V rows of a tile are loaded with its K slice, so they
+// arrive while the scores are computed. (The lane-per-dim walk above spent a 5-level shuffle reduction on
+// every (row, head): 56 M instructions for a 32K 27B layer, 0.22 ms, ~600 GB/s.)
+template <int EPL>
+struct RawRow;  // a lane's EPL BF16 values of a V row
+template <>
+struct RawRow<8> {
+    uint4 u;
+};
+template <>
+struct RawRow<4> {
+    uint2 u;
+};
+template <int N, class U>
+__device__ __forceinline__ void bf16_to_f(const U& u, float* f) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+        const float2 t = __bfloat1622float2(h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+constexpr int kTileRows = 8;
+template <int EPL, int G>
+static __global__ void __launch_bounds__(32 * kWarps, 3) decode_tile_kernel(DecodeParams p) {
+    constexpr int D = 32 * EPL;
+    __shared__ __align__(16) float sm_q[G][D];
+    __shared__ float sm_acc[kWarps][G][D];
+    __shared__ float sm_m[kWarps][G], sm_l[kWarps][G];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t kvh = blockIdx.x;
+    SplitRange sr;
+    if (!split_range(p, sr)) return;
+    const int64_t tok = sr.tok, k0 = sr.k0, k1 = sr.k1;
+    const int64_t row = p.Hkv * D;
+    for (int i = threadIdx.x; i < G * D; i += blockDim.x)
+        sm_q[i / D][i % D] = ld(p.q, p.q_dt, (tok * p.Hq + kvh * G) * D + i) * p.scale;
+    __syncthreads();
+    const __nv_bfloat16* kc = static_cast<const __nv_bfloat16*>(p.k_cache) + kvh * D;
+    const __nv_bfloat16* vc = static_cast<const __nv_bfloat16*>(p.v_cache) + kvh * D;
+    const int rr = lane >> 2, part = lane & 3;
+    float acc[G][EPL], m[G], l[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) acc[g][e] = 0.0f;
+    }
+    for (int64_t r0 = k0 + warp * kTileRows; r0 < k1; r0 += kWarps * kTileRows) {
+        const int nrow = static_cast<int>(k1 - r0 < kTileRows ? k1 - r0 : kTileRows);  // >= 1, warp-uniform
+        const bool rv = rr < nrow;
+        RawRow<EPL> vraw[kTileRows];
+#pragma unroll
+        for (int r = 0; r < kTileRows; ++r)
+            if (r < nrow) vraw[r].u = *reinterpret_cast<const decltype(vraw[r].u)*>(vc + (r0 + r) * row + lane * EPL);
+        uint4 kraw[EPL];
+#pragma unroll
+        for (int c = 0; c < EPL; ++c)
+            kraw[c] = rv ? *reinterpret_cast<const uint4*>(kc + (r0 + rr) * row + c * 32 + part * 8)
+                         : make_uint4(0, 0, 0, 0);
+        float sc[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) sc[g] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < EPL; ++c) {
+            float kf[8];
+            bf16_to_f<8>(kraw[c], kf);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+                const float4 qa = *reinterpret_cast<const float4*>(&sm_q[g][c * 32 + part * 8]);
+                const float4 qb = *reinterpret_cast<const float4*>(&sm_q[g][c * 32 + part * 8 + 4]);
+                sc[g] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] + qb.x * kf[4] + qb.y * kf[5] +
+                         qb.z * kf[6] + qb.w * kf[7];
+            }
+        }
+        float pr[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float s = sc[g];
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            if (!rv) s = -INFINITY;
+            float mt = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, 4));
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 8));
+            mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 16));
+            const float mn = fmaxf(m[g], mt);  // finite: row 0 of the tile exists
+            const float corr = __expf(m[g] - mn);
+            pr[g] = __expf(s - mn);
+            float ps = pr[g] + __shfl_xor_sync(0xffffffffu, pr[g], 4);
+            ps += __shfl_xor_sync(0xffffffffu, ps, 8);
+            ps += __shfl_xor_sync(0xffffffffu, ps, 16);
+            l[g] = l[g] * corr + ps;
+            m[g] = mn;
+#pragma unroll
+            for (int e = 0; e < EPL; ++e) acc[g][e] *= corr;
+        }
+#pragma unroll
+        for (int r = 0; r < kTileRows; ++r) {
+            if (r < nrow) {
+                float vf[EPL];
+                bf16_to_f<EPL>(vraw[r].u, vf);
+#pragma unroll
+                for (int g = 0; g < G; ++g) {
+                    const float pg = __shfl_sync(0xffffffffu, pr[g], r * 4);
+#pragma unroll
+                    for (int e = 0; e < EPL; ++e) acc[g][e] += pg * vf[e];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) sm_acc[warp][g][lane * EPL + e] = acc[g][e];
+        if (lane == 0) {
+            sm_m[warp][g] = m[g];
+            sm_l[warp][g] = l[g];
+        }
+    }
+    __syncthreads();
+    store_split(p, &sm_acc[0][0][0], &sm_m[0][0], &sm_l[0][0], G, G, D, kvh, sr.slot);
+}
+
+template <int EPL>
+static bool launch_tile(const DecodeParams& p, dim3 grid, cudaStream_t s) {
+    switch (p.G) {
+        case 1: decode_tile_kernel<EPL, 1><<<grid, 32 * kWarps, 0, s>>>(p); return true;
+        case 2: decode_tile_kernel<EPL, 2><<<grid, 32 * kWarps, 0, s>>>(p); return true;
+        case 4: decode_tile_kernel<EPL, 4><<<grid, 32 * kWarps, 0, s>>>(p); return true;
+        case 6: decode_tile_kernel<EPL, 6><<<grid, 32 * kWarps, 0, s>>>(p); return true;
+        case 8: decode_tile_kernel<EPL, 8><<<grid, 32 * kWarps, 0, s>>>(p); return true;
+        default: return false;
     }
 }
 
 template <class CT>
 static void launch_decode_typed(const DecodeParams& p, cudaStream_t s) {
-    dim3 grid(static_cast<unsigned>(p.Hkv), kMaxSplits);
-    switch (p.D / 32) {
+    const unsigned T = static_cast<unsigned>(p.n_tok);
+    dim3 grid(static_cast<unsigned>(p.Hkv), static_cast<unsigned>(p.max_splits), T);
+    const bool tile_ok = std::is_same_v<CT, __nv_bfloat16> && !tile_disabled() &&
+                         ((reinterpret_cast<uintptr_t>(p.k_cache) | reinterpret_cast<uintptr_t>(p.v_cache)) & 15) == 0;
+    if (tile_ok && ((p.D == 256 && launch_tile<8>(p, grid, s)) || (p.D == 128 && launch_tile<4>(p, grid, s)))) {
+    } else switch (p.D / 32) {
         case 1: decode_split_kernel<CT, 1><<<grid, 32 * kWarps, 0, s>>>(p); break;
         case 2: decode_split_kernel<CT, 2><<<grid, 32 * kWarps, 0, s>>>(p); break;
         case 4: decode_split_kernel<CT, 4><<<grid, 32 * kWarps, 0, s>>>(p); break;
@@ -239,15 +432,17 @@ static void launch_decode_typed(const DecodeParams& p, cudaStream_t s) {
         default: throw Error("cuda attention: decode supports head_dim 32, 64, 128, 256");
     }
     check_launch("attention decode");
-    decode_combine_kernel<<<static_cast<unsigned>(p.Hq), kCombineThreads, 0, s>>>(p);
+    decode_combine_kernel<<<dim3(static_cast<unsigned>(p.Hq), 1, T), kCombineThreads, 0, s>>>(p);
     check_launch("attention decode combine");
 }
 
 void launch_decode(const void* q, int q_dt, const void* k_cache, const void* v_cache, int kv_dt, const Geometry& g,
                    int64_t n_past, const int* n_past_dev, float scale, float* ws, void* out, int o_dt,
                    cudaStream_t s, const void* gate, int gate_dt, int64_t gate_stride) {
+    if (g.T < 1 || g.T > kMaxDecodeTokens) throw Error("cuda attention: decode takes 1..8 tokens");
     DecodeParams p{q, k_cache, v_cache, ws, out, q_dt, o_dt, static_cast<int>(g.Hq / g.Hkv), g.Hq, g.Hkv, g.D,
-                   n_past, n_past_dev, scale, gate, gate_dt, gate_stride};
+                   n_past, n_past_dev, scale, gate, gate_dt, gate_stride, static_cast<int>(kMaxSplits / g.T),
+                   static_cast<int>(g.T)};
     if (kv_dt == kBF16) launch_decode_typed<__nv_bfloat16>(p, s);
     else launch_decode_typed<float>(p, s);
 }

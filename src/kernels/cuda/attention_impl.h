@@ -8,13 +8,15 @@
 namespace grimoire::cuda::attn {
 
 // Split-K flash-decoding: a split covers at least kMinKeysPerSplit cache rows and there are at most kMaxSplits,
-// e.g. length 300 -> 5 splits of 60; 4096 -> 64 of 64; 32768 -> 128 of 256. Computed on the device from the
-// current length, so a graph captured at one length stays right at every other. (64 splits of >= 256 rows
-// left the 27B's 4 KV heads with 256 latency-bound blocks: 0.21 ms per layer at 32K, 650 GB/s. Each warp
-// walks its rows one after another, so at 4K the 27B's 4 KV heads need 64 splits, 256 blocks, to keep every
-// SM busy with short walks; 128 splits of 128 rows had 0.056 ms per layer.)
+// e.g. length 300 -> 10 splits of 30; 4096 -> 128 of 32; 32768 -> 128 of 256. Computed on the device from the
+// current length, so a graph captured at one length stays right at every other. (Each warp walks its rows one
+// tile after another, latency-bound, so a short walk on every SM wins: 64 splits of >= 64 rows left a 27B
+// layer's 4 KV heads at length 512 with 36 blocks, a 2 MB read on a quarter of the SMs; with 32, a split is
+// one 8-row tile per warp of decode_tile_kernel.)
 constexpr int kMaxSplits = 128;
-constexpr int kMinKeysPerSplit = 64;
+constexpr int kMinKeysPerSplit = 32;
+// launch_decode takes up to this many query tokens (each with kMaxSplits / T split slots of the workspace).
+constexpr int kMaxDecodeTokens = 8;  // = kernels.h's kAttnDecodeMaxT
 __host__ __device__ constexpr int num_splits(int64_t len) {
     const int64_t n = (len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
     return static_cast<int>(n < 1 ? 1 : (n > kMaxSplits ? kMaxSplits : n));
@@ -24,7 +26,8 @@ struct Geometry {
     int64_t T, Hq, Hkv, D, max_ctx;
 };
 
-// kv_dt/q_dt/o_dt are the dtype codes of common.cuh. `ws` holds Hq * kMaxSplits * (D + 2) floats.
+// g.T <= kMaxDecodeTokens query tokens [T, Hq, D]; token t's length is n_past_dev[t] + 1 (n_past + t + 1
+// without n_past_dev). kv_dt/q_dt/o_dt are the dtype codes of common.cuh. `ws` holds Hq * kMaxSplits * (D + 2) floats.
 // With `gate` (Backend::gated_attention_core) the merge multiplies head h's output by sigmoid(gate[h *
 // gate_stride + d]) after rounding it to o_dt, as a separate mul_sigmoid would.
 void launch_decode(const void* q, int q_dt, const void* k_cache, const void* v_cache, int kv_dt, const Geometry& g,

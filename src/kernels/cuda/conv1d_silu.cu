@@ -1,7 +1,7 @@
 // Depthwise causal conv1d (tap K-1 = current token) + SiLU, carrying the last K-1 pre-conv rows in `state`.
 // Every (token, channel) output is independent, so one thread each (a long prefill is not serialised over
-// tokens); a second tiny kernel then shifts the state, after every output has read the old one. One token
-// (decode) takes a single kernel that does both per channel.
+// tokens); a second tiny kernel then shifts the state, after every output has read the old one. Up to 8 tokens
+// (decode, verify) take a single kernel that does both per channel.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
 
@@ -88,26 +88,38 @@ static __global__ void __launch_bounds__(256) conv1d_silu_x2_kernel(const __nv_b
     }
 }
 
-// One token (decode): thread c computes its channel's output and then shifts that channel's state, which no
-// other thread reads, so the state kernel's separate launch is not needed.
+// A few tokens (decode, a verify step: T <= kStepMaxT): thread c slides its channel's last K rows through
+// registers over the T tokens and then writes that channel's state, which no other thread reads, so the state
+// kernel's separate launch is not needed (at T = 4 the two prompt kernels took 6 us on the H200).
+// KT > 0 fixes K at compile time (the models' 4), so the window stays in registers.
+constexpr int64_t kStepMaxT = 8;
+template <int KT>
 static __global__ void conv1d_silu_step_kernel(const void* __restrict__ x, int xdt, const void* __restrict__ w,
-                                               int wdt, void* state, int sdt, int64_t C, int K, void* __restrict__ out,
-                                               int odt) {
+                                               int wdt, void* state, int sdt, int64_t T, int64_t C, int k_rt,
+                                               void* __restrict__ out, int odt, int64_t xs) {
+    const int K = KT > 0 ? KT : k_rt;
     const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (c >= C) return;
-    float rows[kMaxK];
+    float rows[kMaxK], wc[kMaxK];
+    for (int j = 0; j < K; ++j) wc[j] = ld(w, wdt, c * K + j);
     for (int j = 0; j < K - 1; ++j) rows[j] = ld(state, sdt, j * C + c);
-    rows[K - 1] = ld(x, xdt, c);
-    float acc = 0.0f;
-    for (int j = 0; j < K; ++j) acc += ld(w, wdt, c * K + j) * rows[j];
-    st(out, odt, c, acc * sigmoidf_(acc));
-    for (int j = 0; j < K - 1; ++j) st(state, sdt, j * C + c, rows[j + 1]);
+    for (int64_t t = 0; t < T; ++t) {
+        rows[K - 1] = ld(x, xdt, t * xs + c);
+        float acc = 0.0f;
+        for (int j = 0; j < K; ++j) acc += wc[j] * rows[j];
+        st(out, odt, t * C + c, acc * sigmoidf_(acc));
+        for (int j = 0; j + 1 < K; ++j) rows[j] = rows[j + 1];
+    }
+    for (int j = 0; j < K - 1; ++j) st(state, sdt, j * C + c, rows[j]);
 }
 
 static void launch_conv1d_silu(const void* x, int xdt, const void* w, int wdt, void* state, int sdt, int64_t T,
                                int64_t C, int K, void* out, int odt, int64_t xs, cudaStream_t s) {
-    if (T == 1) {
-        conv1d_silu_step_kernel<<<grid_for(C, 256), 256, 0, s>>>(x, xdt, w, wdt, state, sdt, C, K, out, odt);
+    if (T <= kStepMaxT) {
+        if (K == 4)
+            conv1d_silu_step_kernel<4><<<grid_for(C, 128), 128, 0, s>>>(x, xdt, w, wdt, state, sdt, T, C, K, out, odt, xs);
+        else
+            conv1d_silu_step_kernel<0><<<grid_for(C, 128), 128, 0, s>>>(x, xdt, w, wdt, state, sdt, T, C, K, out, odt, xs);
         check_launch("conv1d_silu");
         return;
     }

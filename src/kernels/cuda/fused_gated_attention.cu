@@ -1,9 +1,11 @@
 // Backend::gated_attention_core in a few kernels instead of the unfused sequence's nine to eleven. A prep kernel
-// does the [query | gate] split, the (1+w) q/k RMSNorms, RoPE and the KV-cache append for every token. One
-// decode token (T = 1) then runs the split-K decode kernels of attention_decode.cu, their merge applying
-// sigmoid(gate); its position is read from positions[0] on the device (no per-step length slot), so a
-// captured graph is right at every length. A prompt runs the flash prefill kernel over the cache and one
-// kernel multiplying by sigmoid of the gate half read in place from qg (no copies of q or the gate).
+// does the [query | gate] split, the (1+w) q/k RMSNorms, RoPE and the KV-cache append for every token. Decode
+// (T <= 8 tokens: one, or a verify step) then runs the split-K decode kernels of attention_decode.cu, token t
+// over the cache rows up to positions[t], their merge applying sigmoid(gate); the positions are read on the
+// device (no per-step length slot), so a captured graph is right at every length. (A 4-token verify through
+// the flash prefill kernel had 24 blocks walking the whole cache: 36 us per 27B layer at length 512.) A prompt
+// runs the flash prefill kernel over the cache and one kernel multiplying by sigmoid of the gate half read in
+// place from qg (no copies of q or the gate).
 #include "kernels/cuda/attention_impl.h"
 #include "kernels/cuda/fused_util.cuh"
 #include "kernels/cuda/kernels.h"
@@ -232,13 +234,14 @@ void gated_attention_decode(const Tensor& qg, const Tensor& k, const Tensor& v, 
                             const Tensor& k_norm, float eps, const Tensor& positions, const RopeParams& rope,
                             Tensor& k_cache, Tensor& v_cache, float scale, Tensor& q_ws, void* ws, size_t ws_bytes,
                             Tensor& out, cudaStream_t s) {
-    if (qg.rows() != 1) throw Error("cuda gated_attention_core: decode takes qg [1, Hq * 2D]");
+    const int64_t T = qg.rows();
+    if (T < 1 || T > attn::kMaxDecodeTokens) throw Error("cuda gated_attention_core: decode takes 1..8 tokens");
     const PrepArgs a = prep_args(qg, k, v, q_norm, k_norm, eps, positions, rope, k_cache, v_cache, q_ws, out);
     if (ws_bytes < attention_ws_bytes(a.Hq, a.D)) throw Error("cuda gated_attention_core: workspace too small");
-    launch_prep(a, 1, s);
+    launch_prep(a, T, s);
     // The query's gate half starts D elements into qg's head rows of 2D.
     const void* gate = static_cast<const char*>(qg.data) + a.D * static_cast<int64_t>(dtype_size(qg.dtype));
-    attn::Geometry g{1, a.Hq, a.Hkv, a.D, k_cache.dim(0)};
+    attn::Geometry g{T, a.Hq, a.Hkv, a.D, k_cache.dim(0)};
     attn::launch_decode(q_ws.data, a.qdt, k_cache.data, v_cache.data, a.cdt, g, 0, positions.ptr<int32_t>(), scale,
                         static_cast<float*>(ws), out.data, dt_code(out.dtype, "gated_attention_core", "out"), s, gate,
                         a.qgdt, 2 * a.D);

@@ -62,6 +62,9 @@ void gated_delta_rule_qkv(const Tensor& qkv, int64_t Hk, int64_t dk, const Tenso
 // y [T, N] = x [T, K] @ w [N, K]^T for small T (decode), bandwidth-bound; x, y BF16/F32, w BF16/F16/F32.
 constexpr int64_t kGemvMaxT = 8;
 void gemv(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t s);
+// The same into column parts: outs[i] [T, n_i] (one dtype) take w's next n_i rows in order (a stacked
+// projection group at decode, Backend::matmul_split), in one launch; 1..kMaxSplitCols parts.
+void gemv_split(const Tensor& x, const Tensor& w, const Tensor* outs, int n_outs, cudaStream_t s);
 
 void check_launch(const char* op);  // throws Error naming the op when the last launch failed
 
@@ -79,8 +82,10 @@ void random_fill(void* p, DType dtype, int64_t n, uint64_t seed, float amp, floa
 // ---- fused ops (Backend's fused block; each in its own fused_*.cu) ----
 // x += y (stored in x's dtype), out = rmsnorm(x) with w [D]; x, y, out [R, D].
 void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out, cudaStream_t s);
-// Backend::gated_attention_core for one token: qg [1, Hq * 2D], k, v [1, Hkv * D]; the current position (and
-// cache row) is positions[0] on the device. q_ws [Hq, D] act scratch; ws / ws_bytes as for attention().
+constexpr int64_t kAttnDecodeMaxT = 8;
+// Backend::gated_attention_core for T <= kAttnDecodeMaxT tokens (decode, a verify step): qg [T, Hq * 2D],
+// k, v [T, Hkv * D]; token t's position (and cache row) is positions[t] on the device. q_ws [T, Hq, D] act
+// scratch; ws / ws_bytes as for attention() (the tokens share its split slots).
 void gated_attention_decode(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
                             const Tensor& k_norm, float eps, const Tensor& positions, const RopeParams& rope,
                             Tensor& k_cache, Tensor& v_cache, float scale, Tensor& q_ws, void* ws, size_t ws_bytes,
