@@ -6,7 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -36,47 +35,6 @@ __device__ __forceinline__ void st(void* p, int dt, int64_t i, float v) {
     if (dt == kBF16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
     else if (dt == kF16) static_cast<__half*>(p)[i] = __float2half(v);
     else static_cast<float*>(p)[i] = v;
-}
-
-// Programmatic dependent launch (Hopper). A kernel launched through launch_pdl may start while its predecessor
-// in the stream still runs: it must call pdl_wait() before touching memory (the wait returns once the predecessor
-// has completed and its writes are visible; at once without the launch attribute or below sm_90), and may call
-// pdl_trigger() to let its own dependents launch early (they wait in turn). Used on the small decode-step ops
-// that precede the quantized GEMMs, whose weight prefetch then overlaps them (qmm.cu launches itself this way).
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-// On for compute capability 9+ unless GRIMOIRE_PDL=0.
-inline bool pdl_enabled() {
-    static const bool on = [] {
-        const char* e = std::getenv("GRIMOIRE_PDL");
-        int dev = 0, major = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-        return major >= 9 && !(e && e[0] == '0');
-    }();
-    return on;
-}
-template <class... P, class... A>
-inline void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... args) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl_enabled() ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -38,8 +38,6 @@ static __global__ void __launch_bounds__(1024) add_rmsnorm_bf16x8_kernel(__nv_bf
                                                                          const float* __restrict__ w,  // [D]
                                                                          int64_t D, float eps, float w_offset,
                                                                          __nv_bfloat16* out) {  // [R, D]
-    pdl_wait();  // launched through launch_pdl: the predecessor's y (and x) first
-    pdl_trigger();
     __shared__ float red[32];
     const int64_t base = static_cast<int64_t>(blockIdx.x) * D, c = 8 * static_cast<int64_t>(threadIdx.x);
     const bool on = c < D;
@@ -178,10 +176,9 @@ void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKin
             return;
         }
         const int threads = static_cast<int>((D / 8 + 31) / 32 * 32);
-        launch_pdl(add_rmsnorm_bf16x8_kernel, dim3(static_cast<unsigned>(x.rows())), dim3(threads), 0, s,
-                   x.ptr<__nv_bfloat16>(), static_cast<const __nv_bfloat16*>(y.ptr<__nv_bfloat16>()),
-                   static_cast<const float*>(w.ptr<float>()), D, eps, kind == NormKind::PLUS_ONE ? 1.0f : 0.0f,
-                   out.ptr<__nv_bfloat16>());
+        add_rmsnorm_bf16x8_kernel<<<static_cast<unsigned>(x.rows()), threads, 0, s>>>(
+            x.ptr<__nv_bfloat16>(), y.ptr<__nv_bfloat16>(), w.ptr<float>(), D, eps,
+            kind == NormKind::PLUS_ONE ? 1.0f : 0.0f, out.ptr<__nv_bfloat16>());
         check_launch(op);
         return;
     }
