@@ -6,6 +6,7 @@
 #   qwen35_27b_bf16.json       the benchmark record (bench/results/ format)
 #   quant_kernels.json, qwen35_27b_int4.json, qwen35_27b_fp8.json   the quantized-kernel and 27B INT4/FP8 records
 #   nvidia-smi.txt             the card as found
+#   run_<model>_<device>.txt   greedy ids of `grimoire run` on models/demo(-gptq-int4), CPU against CUDA
 #
 #   OUT=/tmp/out tools/gpu_check.sh                       # builds build/cuda with the preset
 #   GRIMOIRE_PREBUILT=build/cuda-dev OUT=... tools/gpu_check.sh   # uses binaries built elsewhere
@@ -55,6 +56,17 @@ if "$BUILD/grimoire" run --help 2>&1 | grep -q -- "--device"; then
 else
     echo "grimoire run has no --device option in this build (the CUDA factory is covered by test_cuda_model)"
 fi
+
+echo "== greedy ids: CUDA against the CPU oracle on the bundled models (48 tokens)"
+for m in demo demo-gptq-int4; do
+    [ -d "models/$m" ] || continue
+    for d in cpu cuda; do
+        timeout 120 "$BUILD/grimoire" run --model "models/$m" --prompt "Once upon a time" --max-tokens 48 \
+            --temperature 0 --output-ids --device "$d" > "$OUT/run_${m}_$d.txt" 2> "$OUT/run_${m}_$d.err" || status=1
+    done
+    if cmp -s "$OUT/run_${m}_cpu.txt" "$OUT/run_${m}_cuda.txt"; then echo "$m: CUDA greedy ids == CPU"
+    else echo "$m: CUDA greedy ids DIFFER from CPU"; status=1; fi
+done
 
 echo "== benchmark: 27B-shaped Qwen3.5, BF16, random weights"
 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --commit "$COMMIT" --out "$OUT/qwen35_27b_bf16.json" || status=1
