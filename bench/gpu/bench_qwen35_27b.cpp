@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -424,36 +425,32 @@ int main(int argc, char** argv) {
                 // Host side with graphs on (the timed path): forward() without logits reaches no sync point, so
                 // its wall time is the host's recording plus the launches of the segments flushed on the way
                 // (CudaBackend::set_prompt_segment_ops); the GPU idles through what precedes the first launch.
-                double rec_on = 0;
-                for (int i = 0; i < 3; ++i) {
-                    st->reset();
-                    be.synchronize();
-                    const double a = now();
-                    model->forward(*st, prompt, 0, logits);
-                    const double b = now();
-                    be.synchronize();
-                    if (i > 0) rec_on += b - a;
-                }
+                // Mean of 2 prompts after one untimed: the forward's wall time, then the synchronize after it (s).
+                auto host_and_tail = [&]() {
+                    double host = 0, tail = 0;
+                    for (int i = 0; i < 3; ++i) {
+                        st->reset();
+                        be.synchronize();
+                        const double a = now();
+                        model->forward(*st, prompt, 0, logits);
+                        const double b = now();
+                        be.synchronize();
+                        if (i > 0) host += b - a, tail += now() - b;
+                    }
+                    return std::pair<double, double>(host / 2, tail / 2);
+                };
+                const double rec_on = host_and_tail().first;
                 std::printf("prefill %4lld without logits, graphs on: host record %.3f ms\n", static_cast<long long>(T),
-                            rec_on / 2 * 1e3);
-                metrics[k + "_host_record_ms"] = rec_on / 2 * 1e3;
+                            rec_on * 1e3);
+                metrics[k + "_host_record_ms"] = rec_on * 1e3;
                 // Host side: graphs off, so every op launches as the model records it; the wall time of the
                 // forward without logits is the host's walk + launches, the synchronize after it the rest.
                 be.set_graphs(false);
-                double host = 0, tail = 0;
-                for (int i = 0; i < 3; ++i) {
-                    st->reset();
-                    be.synchronize();
-                    const double a = now();
-                    model->forward(*st, prompt, 0, logits);
-                    const double b = now();
-                    be.synchronize();
-                    if (i > 0) host += b - a, tail += now() - b;
-                }
+                const auto [host, tail] = host_and_tail();
                 be.set_graphs(true);
                 std::printf("prefill %4lld without logits, graphs off: host record+launch %.3f ms, then device tail %.3f ms\n",
-                            static_cast<long long>(T), host / 2 * 1e3, tail / 2 * 1e3);
-                metrics[k + "_host_launch_ms"] = host / 2 * 1e3;
+                            static_cast<long long>(T), host * 1e3, tail * 1e3);
+                metrics[k + "_host_launch_ms"] = host * 1e3;
                 be.set_profiling(true);
                 run();
                 be.set_profiling(false);

@@ -57,6 +57,15 @@ inline std::vector<float> get(Backend& be, const Tensor& t) {
     return f;
 }
 
+// Relative tolerance of a BF16 output against the fp32 CPU twin: one rounding (at most 2^-8 relative, half the
+// 2^-7 step) on top of fp32 summation-order differences, doubled (house rule 1).
+constexpr double kRtolBf16 = 8e-3;
+
+// NaN in every element (0xFF bytes are NaN as F32 and as BF16), so an element a kernel misses fails.
+inline void poison(CudaBackend& be, const Tensor& t) {
+    ASSERT_EQ(cudaMemsetAsync(t.data, 0xFF, t.nbytes(), be.stream()), cudaSuccess);
+}
+
 // Every |got - want| <= atol + rtol * |want|; reports the worst element.
 inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, double atol, double rtol,
                          const std::string& what) {

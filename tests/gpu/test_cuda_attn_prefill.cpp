@@ -21,10 +21,10 @@ namespace {
 
 using test::expect_close;
 using test::get;
+using test::kRtolBf16;
 using test::put;
 using test::rand_bf16;
 
-constexpr double kRtolBf16 = 8e-3;
 constexpr double kVMax = 1.0;  // v is uniform in [-1, 1)
 const double kAtolP = 1.25 * std::ldexp(kVMax, -8);
 

@@ -19,13 +19,9 @@ namespace {
 
 using test::expect_close;
 using test::get;
+using test::poison;
 using test::put;
 using test::rand_bf16;
-
-// NaN in every element (0xFF bytes are NaN as F32 and as BF16), so an element the kernel misses fails.
-void poison(CudaBackend& be, const Tensor& t) {
-    ASSERT_EQ(cudaMemsetAsync(t.data, 0xFF, t.nbytes(), be.stream()), cudaSuccess);
-}
 
 std::string act_name(DType act) { return act == DType::F32 ? " f32" : " bf16"; }
 

@@ -21,10 +21,9 @@ namespace {
 
 using test::expect_close;
 using test::get;
+using test::kRtolBf16;
 using test::put;
 using test::rand_bf16;
-
-constexpr double kRtolBf16 = 8e-3;
 
 struct Backends {
     std::unique_ptr<Backend> cpu = make_cpu_backend();

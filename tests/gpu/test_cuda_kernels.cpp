@@ -16,10 +16,10 @@ namespace {
 
 using test::expect_close;
 using test::get;
+using test::kRtolBf16;
 using test::put;
 using test::rand_bf16;
 
-constexpr double kRtolBf16 = 8e-3;
 const int64_t kTokens[] = {1, 3, 17, 63, 65, 1031};
 
 struct Backends {
