@@ -327,3 +327,68 @@ TEST(CudaQmmStreamK, AnyGridSizeGivesTheSameResult) {
 
 }  // namespace
 }  // namespace grimoire
+
+namespace grimoire {
+namespace {
+
+// The prefill path's BF16 weight (dequant_* with a BF16 output, then a GEMM) is the oracle's exact fp32 weight
+// rounded once to the nearest BF16: every element, on odd shapes, every scale type, act-order and FP8.
+TEST(CudaDequant, Bf16IsTheOracleRoundedOnce) {
+    GRIMOIRE_REQUIRE_GPU();
+    std::mt19937 rng(fresh_seed());
+    std::vector<void*> bufs;
+    auto up = [&](const void* src, size_t bytes) -> void* {
+        if (bytes == 0) return nullptr;
+        void* d = nullptr;
+        EXPECT_EQ(cudaMalloc(&d, bytes), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+        bufs.push_back(d);
+        return d;
+    };
+    auto check = [&](const std::vector<float>& w, auto&& run, const std::string& what) {
+        void* out = nullptr;
+        ASSERT_EQ(cudaMalloc(&out, w.size() * 2), cudaSuccess);
+        ASSERT_EQ(cudaMemset(out, 0xff, w.size() * 2), cudaSuccess);  // NaN poison
+        run(out);
+        std::vector<uint16_t> got(w.size());
+        ASSERT_EQ(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        size_t bad = 0;
+        for (size_t i = 0; i < w.size(); ++i) bad += got[i] != f32_to_bf16(w[i]);
+        EXPECT_EQ(bad, 0u) << what;
+        cudaFree(out);
+    };
+    for (const Int4Case& c : {Int4Case{17, 200, 32, false, false, 0}, Int4Case{1000, 384, 128, true, true, 1},
+                              Int4Case{63, 1000, 0, false, false, 2}, Int4Case{100, 320, 16, false, false, 1},
+                              Int4Case{50, 480, 96, true, false, 0}}) {
+        Int4Host h = random_int4(c.N, c.K, c.gs, c.act, c.sym, c.scale_kind, rng);
+        std::vector<float> w(static_cast<size_t>(c.N * c.K));
+        cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N,
+                               w.data());
+        const PackedInt4 p = repack_int4(h);
+        cuda::Int4Dev d;
+        d.N = p.N, d.K = p.K, d.G = p.G, d.group_size = p.group_size, d.NT = p.NT, d.KC = p.KC;
+        d.scale_dtype = p.scale_type == ScaleType::F16 ? DType::F16 : p.scale_type == ScaleType::BF16 ? DType::BF16 : DType::F32;
+        d.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
+        d.scales = up(p.scales.data(), p.scales.size());
+        d.zeros = p.symmetric ? nullptr : static_cast<const uint8_t*>(up(p.zeros.data(), p.zeros.size()));
+        d.perm = static_cast<const int32_t*>(up(p.perm.data(), p.perm.size() * 4));
+        check(w, [&](void* out) { cuda::dequant_int4(d, out, DType::BF16, nullptr); },
+              "int4 " + std::to_string(c.N) + "x" + std::to_string(c.K) + " g" + std::to_string(c.gs));
+    }
+    for (const Fp8Case& c : {Fp8Case{300, 260, true}, Fp8Case{17, 1000, false}, Fp8Case{129, 4160, false}}) {
+        Fp8Host h = random_fp8(c.N, c.K, c.block, rng);
+        std::vector<float> w(static_cast<size_t>(c.N * c.K));
+        cpu::dequant_fp8_rows({h.w.data(), h.scales.data(), h.N, h.K, h.bn, h.bk}, 0, h.N, w.data());
+        const PackedFp8 p = repack_fp8(h);
+        cuda::Fp8Dev d;
+        d.N = p.N, d.K = p.K, d.NT = p.NT, d.KC = p.KC, d.bn = p.bn, d.bk = p.bk, d.SN = p.SN, d.SG = p.SG;
+        d.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
+        d.scales = static_cast<const float*>(up(p.scales.data(), p.scales.size() * 4));
+        check(w, [&](void* out) { cuda::dequant_fp8(d, out, DType::BF16, nullptr); },
+              "fp8 " + std::to_string(c.N) + "x" + std::to_string(c.K));
+    }
+    for (void* b : bufs) cudaFree(b);
+}
+
+}  // namespace
+}  // namespace grimoire
