@@ -2,8 +2,9 @@
 // users, speculative verify): the launchers around quant_mma.cuh's kernel and the split-K workspace sizing.
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
-#include "kernels/cuda/quant_mma.cuh"
+#include "kernels/cuda/quant_mma_tma.cuh"
 
 namespace grimoire::cuda {
 
@@ -52,8 +53,75 @@ __global__ void prep_x_kernel(const void* x, int xdt, const int32_t* perm, int M
     }
 }
 
+// One launch of a qmm kernel, as a programmatic dependent launch (may start while its predecessor runs) when
+// `pdl`.
+template <class Kernel>
+void launch_ex(Kernel kernel, const qmm::Args& a, int blocks, int threads, size_t smem, bool pdl, cudaStream_t s) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+    cfg.blockDim = dim3(static_cast<unsigned>(threads));
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, kernel, a);
+}
+
+// Which row counts take the Hopper kernel (quant_mma_tma.cuh) on sm_90: measured on the H200 it wins at 2..8
+// rows (a speculative verify step) and loses at 1 and 16 (docs/BENCHMARKS.md). GRIMOIRE_QMM_TMA=0 never, =all
+// for every M (benchmark comparisons).
+bool use_tma(int M) {
+    static const int mode = [] {  // 0 never, 1 for 2..8 rows, 2 always
+        const char* e = std::getenv("GRIMOIRE_QMM_TMA");
+        int dev = 0, major = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        if (major < 9 || (e && std::string(e) == "0")) return 0;
+        return e && std::string(e) == "all" ? 2 : 1;
+    }();
+    return mode == 2 || (mode == 1 && M >= 2 && M <= 8);
+}
+
+// One block per SM, each an equal contiguous range of steps; PDL on (the producer issues the first stages'
+// weights before waiting on the predecessor).
+template <bool FP8, int MT, bool ASYM, int GK>
+void launch_tma(qmm::Args& a, int forced_blocks, cudaStream_t s) {
+    auto kernel = qmm::qmm_tma_kernel<FP8, MT, ASYM, GK>;
+    const size_t smem = qmm::plan_stage_tma(a, FP8);
+    static const bool attr_set = [&] {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(qmm::kTmaSmem));
+        return true;
+    }();
+    (void)attr_set;
+    static const int env_steps = [] {
+        const char* e = std::getenv("GRIMOIRE_QMM_MIN_STEPS");
+        return e && std::atoi(e) > 0 ? std::atoi(e) : 0;
+    }();
+    const int min_steps = env_steps > 0 ? env_steps : 4;
+    constexpr int ntb = qmm::tma_ntb(FP8);
+    a.W = static_cast<int>((a.NT + ntb - 1) / ntb) * a.KC;  // steps over this kernel's column blocks
+    int blocks = forced_blocks > 0 ? forced_blocks : qmm::device_sms();
+    if (forced_blocks <= 0 && blocks > a.W / min_steps) blocks = a.W / min_steps;
+    if (blocks < 1) blocks = 1;
+    if (blocks > a.W) blocks = a.W;
+    if (static_cast<size_t>(blocks) * 2 * a.M * ntb * 16 * 4 > partials_region())
+        throw Error("cuda qmm: more grid blocks than the partials workspace holds");
+    launch_ex(kernel, a, blocks, qmm::kTmaThreads, smem, true, s);
+}
+
 template <bool FP8, int MT, bool ASYM, int GK>
 void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_t s) {
+    // The kernel body exists only in sm_90 code: a binary built without it keeps the cp.async kernel.
+    static const bool tma_built = [] {
+        cudaFuncAttributes fa{};
+        return cudaFuncGetAttributes(&fa, qmm::qmm_tma_kernel<FP8, MT, ASYM, GK>) == cudaSuccess &&
+               fa.binaryVersion >= 90;
+    }();
+    if (tma_built && use_tma(a.M)) return launch_tma<FP8, MT, ASYM, GK>(a, forced_blocks, s);
     auto kernel = qmm::qmm_kernel<FP8, MT, ASYM, GK>;
     const size_t smem = qmm::plan_stage(a, FP8, ASYM);
     static const bool attr_set = [&] {
@@ -93,17 +161,7 @@ void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
         return major >= 9 && !(e && std::atoi(e) == 0);
     }();
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-    cfg.blockDim = dim3(qmm::kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, kernel, a);
+    launch_ex(kernel, a, blocks, qmm::kThreads, smem, pdl, s);
 #else
     kernel<<<static_cast<unsigned>(blocks), qmm::kThreads, smem, s>>>(a);
 #endif

@@ -109,6 +109,7 @@ struct Args {
     int gpc;                  // scale groups per chunk (1, or 64 / gs for small groups)
     int ssz;                  // bytes per scale (2 or 4)
     int xoff, soff, zoff, stage;  // byte offsets in one ring stage, and its size
+    int nstage;                   // TMA kernel (quant_mma_tma.cuh): ring stages
 };
 
 // Ring stage layout of one launch (Args::xoff..stage); returns the shared memory the block needs.
@@ -207,6 +208,84 @@ __device__ __forceinline__ int block_of(int w, int W, int B) {
     return b;
 }
 
+
+// This warp's accumulators (n-tiles ntl.. of column block nb): y directly when the grid block did the whole
+// column block, else the grid block's partial slot `pslot` (0: its range's first segment, 1: its last).
+template <int CB, int NTW, int MT>
+__device__ __forceinline__ void store_acc(const Args& a, const float (&acc)[NTW][MT][4], int nb, int ntl, bool whole,
+                                          int pslot) {
+    const int lane = static_cast<int>(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
+    float* part = a.partials + (static_cast<int64_t>(blockIdx.x) * 2 + pslot) * a.M * CB;
+#pragma unroll
+    for (int j = 0; j < NTW; ++j) {
+        if (nb * (CB / 16) + ntl + j >= a.NT) continue;
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int nl = (ntl + j) * 16 + g + (e >> 1) * 8;  // within the column block
+                const int n = nb * CB + nl;
+                const int tok = m * 8 + 2 * t + (e & 1);
+                if (n >= a.N || tok >= a.M) continue;
+                if (whole) st(a.y, a.ydt, static_cast<int64_t>(tok) * a.N + n, acc[j][m][e]);
+                else part[tok * CB + nl] = acc[j][m][e];
+            }
+    }
+}
+
+// A column block split between grid blocks (both qmm kernels): this block's partial is stored; each block
+// arrives on the column block's counter and the last to arrive sums every part in grid-block order
+// (deterministic), writes y and resets the counter for the next launch. Threads 0..nthr-1 of the block take
+// part; `sync` is their barrier. Release / acquire the partials the way a grid barrier does: the block's stores
+// are ordered before thread 0's fence and arrival by the barrier, and the summing threads' loads after its fence
+// by the second one. One fence in one thread instead of one per thread (ncu: membar stalls).
+template <int CB, class Sync>
+__device__ __forceinline__ void finish_split(const Args& a, int nb, int& last_block, int* slot_table, int nthr,
+                                             Sync sync) {
+    const int KC = a.KC, B = static_cast<int>(gridDim.x), tid = static_cast<int>(threadIdx.x);
+    sync();
+    const int bf = block_of(nb * KC, a.W, B), bl = block_of((nb + 1) * KC - 1, a.W, B);
+    if (tid == 0) {
+        __threadfence();
+        last_block = atomicAdd(&a.counters[nb], 1) == bl - bf;
+        if (last_block) __threadfence();
+    }
+    sync();
+    if (!last_block) return;
+    // The partial slot of each contributing grid block, once, so the summing loop below is independent
+    // 16-byte loads, four parts in flight per thread.
+    const int nparts = bl - bf + 1;
+    auto slot_of = [&](int q) { return (bf + q) * 2 + (range_start(bf + q, a.W, B) >= nb * KC ? 0 : 1); };
+    for (int q = tid; q < min(nparts, kSlotTable); q += nthr) slot_table[q] = slot_of(q);
+    sync();
+    const int n0 = nb * CB;
+    const int64_t pstride = static_cast<int64_t>(a.M) * CB;
+    for (int i = tid; i < a.M * CB / 4; i += nthr) {
+        const int tok = (i * 4) / CB, nl = i * 4 - tok * CB;
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        int q = 0;
+        for (; q + 4 <= nparts; q += 4) {
+            float4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int sl = q + u < kSlotTable ? slot_table[q + u] : slot_of(q + u);
+                v[u] = __ldcg(reinterpret_cast<const float4*>(a.partials + sl * pstride + i * 4));
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u) sum.x += v[u].x, sum.y += v[u].y, sum.z += v[u].z, sum.w += v[u].w;
+        }
+        for (; q < nparts; ++q) {
+            const int sl = q < kSlotTable ? slot_table[q] : slot_of(q);
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(a.partials + sl * pstride + i * 4));
+            sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+        }
+        const float sv[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            if (n0 + nl + e < a.N) st(a.y, a.ydt, static_cast<int64_t>(tok) * a.N + n0 + nl + e, sv[e]);
+    }
+    if (tid == 0) a.counters[nb] = 0;
+}
 
 // GK: 0 when scale groups are whole chunks (group ends counted in chunks), 1 / 2 for groups of 16 / 32 channels.
 template <bool FP8, int MT, bool ASYM, int GK>
@@ -396,7 +475,6 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
     while (w < w1) {
         const int nb = w / KC;
         const int seg_begin = w, seg_end = min(w1, (nb + 1) * KC);
-        const int nt0 = nb * kNtPerBlock + warp * kNtPerWarp;
 
         float acc[kNtPerWarp][MT][4], cur[kNtPerWarp][MT][4];
 #pragma unroll
@@ -530,69 +608,9 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
 #endif
         }
         const bool whole = seg_begin == nb * KC && seg_end == (nb + 1) * KC;
-        const int pslot = seg_begin == w0 ? 0 : 1;
-        float* part = a.partials + (static_cast<int64_t>(b) * 2 + pslot) * a.M * kColBlock;
-#pragma unroll
-        for (int j = 0; j < kNtPerWarp; ++j) {
-            if (nt0 + j >= a.NT) continue;
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int nl = (warp * kNtPerWarp + j) * 16 + g + (e >> 1) * 8;  // within the column block
-                    const int n = nb * kColBlock + nl;
-                    const int tok = m * 8 + 2 * t + (e & 1);
-                    if (n >= a.N || tok >= a.M) continue;
-                    if (whole) st(a.y, a.ydt, static_cast<int64_t>(tok) * a.N + n, acc[j][m][e]);
-                    else part[tok * kColBlock + nl] = acc[j][m][e];
-                }
-        }
+        store_acc<kColBlock>(a, acc, nb, warp * kNtPerWarp, whole, seg_begin == w0 ? 0 : 1);
         if (whole) continue;
-        // Release / acquire the partials the way a grid barrier does: the block's stores are ordered before
-        // thread 0's fence and arrival by the barrier, and the summing threads' loads after its fence by the
-        // second one. One fence in one thread instead of one per thread (ncu: membar stalls).
-        __syncthreads();
-        const int bf = block_of(nb * KC, a.W, B), bl = block_of((nb + 1) * KC - 1, a.W, B);
-        if (threadIdx.x == 0) {
-            __threadfence();
-            last_block = atomicAdd(&a.counters[nb], 1) == bl - bf;
-            if (last_block) __threadfence();
-        }
-        __syncthreads();
-        if (!last_block) continue;
-        // The partial slot of each contributing grid block, once, so the summing loop below is independent
-        // 16-byte loads, four parts in flight per thread.
-        const int nparts = bl - bf + 1;
-        auto slot_of = [&](int q) { return (bf + q) * 2 + (range_start(bf + q, a.W, B) >= nb * KC ? 0 : 1); };
-        for (int q = threadIdx.x; q < min(nparts, kSlotTable); q += kThreads) slot_table[q] = slot_of(q);
-        __syncthreads();
-        const int n0 = nb * kColBlock;
-        const int64_t pstride = static_cast<int64_t>(a.M) * kColBlock;
-        for (int i = threadIdx.x; i < a.M * kColBlock / 4; i += kThreads) {
-            const int tok = (i * 4) / kColBlock, nl = i * 4 - tok * kColBlock;
-            float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            int q = 0;
-            for (; q + 4 <= nparts; q += 4) {
-                float4 v[4];
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    const int sl = q + u < kSlotTable ? slot_table[q + u] : slot_of(q + u);
-                    v[u] = __ldcg(reinterpret_cast<const float4*>(a.partials + sl * pstride + i * 4));
-                }
-#pragma unroll
-                for (int u = 0; u < 4; ++u) sum.x += v[u].x, sum.y += v[u].y, sum.z += v[u].z, sum.w += v[u].w;
-            }
-            for (; q < nparts; ++q) {
-                const int sl = q < kSlotTable ? slot_table[q] : slot_of(q);
-                const float4 v = __ldcg(reinterpret_cast<const float4*>(a.partials + sl * pstride + i * 4));
-                sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
-            }
-            const float sv[4] = {sum.x, sum.y, sum.z, sum.w};
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                if (n0 + nl + e < a.N) st(a.y, a.ydt, static_cast<int64_t>(tok) * a.N + n0 + nl + e, sv[e]);
-        }
-        if (threadIdx.x == 0) a.counters[nb] = 0;
+        finish_split<kColBlock>(a, nb, last_block, slot_table, kThreads, [] { __syncthreads(); });
     }
     cp_async_wait<0>();
     trace(4);
