@@ -70,11 +70,13 @@ void launch_ex(Kernel kernel, const qmm::Args& a, int blocks, int threads, size_
     cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
-// Which row counts take the Hopper kernel (quant_mma_tma.cuh) on sm_90: measured on the H200 it wins at 2..8
-// rows (a speculative verify step) and loses at 1 and 16 (docs/BENCHMARKS.md). GRIMOIRE_QMM_TMA=0 never, =all
-// for every M (benchmark comparisons).
-bool use_tma(int M) {
-    static const int mode = [] {  // 0 never, 1 for 2..8 rows, 2 always
+// Which weights take the Hopper kernel (quant_mma_tma.cuh) on sm_90. Measured on the H200 (docs/BENCHMARKS.md,
+// session 5) against the cp.async kernel at the six 27B shapes x M = 1, 2, 4, 8, 16: FP8 0.75-0.98x the time
+// at 26 of the 30 points (1.04-1.17x at q_gate M = 1-2, gdn_qkv M = 2, lm_head M = 16); INT4 1.0-2.4x at 28
+// of 30 (its dequant needs more instructions per byte than 15 consumer warps issue in time).
+// GRIMOIRE_QMM_TMA=0: never; =all: INT4 too.
+bool use_tma(bool fp8) {
+    static const int mode = [] {  // 0 never, 1 FP8, 2 every format
         const char* e = std::getenv("GRIMOIRE_QMM_TMA");
         int dev = 0, major = 0;
         cudaGetDevice(&dev);
@@ -82,7 +84,7 @@ bool use_tma(int M) {
         if (major < 9 || (e && std::string(e) == "0")) return 0;
         return e && std::string(e) == "all" ? 2 : 1;
     }();
-    return mode == 2 || (mode == 1 && M >= 2 && M <= 8);
+    return mode == 2 || (mode == 1 && fp8);
 }
 
 // One block per SM, each an equal contiguous range of steps; PDL on (the producer issues the first stages'
@@ -121,7 +123,7 @@ void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_
         return cudaFuncGetAttributes(&fa, qmm::qmm_tma_kernel<FP8, MT, ASYM, GK>) == cudaSuccess &&
                fa.binaryVersion >= 90;
     }();
-    if (tma_built && use_tma(a.M)) return launch_tma<FP8, MT, ASYM, GK>(a, forced_blocks, s);
+    if (tma_built && use_tma(FP8)) return launch_tma<FP8, MT, ASYM, GK>(a, forced_blocks, s);
     auto kernel = qmm::qmm_kernel<FP8, MT, ASYM, GK>;
     const size_t smem = qmm::plan_stage(a, FP8, ASYM);
     static const bool attr_set = [&] {

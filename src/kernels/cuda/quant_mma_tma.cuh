@@ -1,8 +1,8 @@
 // The Hopper variant of the M = 1..16 quantized-weight kernel (quant_mma.cuh has the format math, the tile
 // layout and the stream-K split it shares): one block per SM, a producer warp that streams the weights into a
 // shared-memory ring with bulk asynchronous copies (TMA: cp.async.bulk + mbarrier), and 15 consumer warps
-// that only dequantize and multiply. qmm.cu launches it for 2..8 rows, where it measured faster on the H200;
-// at 1 and 16 rows the cp.async kernel is faster (docs/BENCHMARKS.md, session 5).
+// that only dequantize and multiply. qmm.cu launches it for FP8 weights, where it measured faster on the H200
+// at almost every shape and M; INT4 stays on the cp.async kernel (docs/BENCHMARKS.md, session 5).
 //   * Column block = 15 warps x 4 (INT4) / 2 (FP8) n-tiles, so one 64-channel chunk of it is 30 KB of
 //     contiguous tiles: one bulk copy per step, six steps in flight. Bulk copies cost the copy engine per
 //     copy (measured on the H200: 4 KB copies cap one SM at ~16 GB/s whatever the ring depth, 16 KB copies
