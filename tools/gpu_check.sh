@@ -47,6 +47,15 @@ for t in $(cd tests/gpu && ls test_*.cpp | sed 's/\.cpp$//'); do
     timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/$t.xml" || status=1
     echo "$t: $((SECONDS - start)) s"
 done
+# The quantized tests again with each M <= 16 kernel forced (by default FP8 takes the Hopper kernel on sm_90
+# and INT4 the cp.async one, so each run above covers one kernel per format).
+for mode in 0 all; do
+    exe="$BUILD/tests/test_cuda_quant"
+    [ -x "$exe" ] || continue
+    GRIMOIRE_QMM_TMA=$mode timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" \
+        --gtest_output="xml:$OUT/test_cuda_quant_tma_$mode.xml" || status=1
+    echo "test_cuda_quant with GRIMOIRE_QMM_TMA=$mode done"
+done
 # One XML file back instead of one per executable.
 cat "$OUT"/test_*.xml > "$OUT/gpu_tests.xml" 2>/dev/null && rm -f "$OUT"/test_*.xml
 
