@@ -209,6 +209,17 @@ __device__ __forceinline__ int block_of(int w, int W, int B) {
 }
 
 
+// A column block's running sums: acc (scaled) and cur (the current scale group's), [n-tile][token tile][4].
+template <int NTW, int MT>
+__device__ __forceinline__ void zero_acc(float (&acc)[NTW][MT][4], float (&cur)[NTW][MT][4]) {
+#pragma unroll
+    for (int j = 0; j < NTW; ++j)
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[j][m][e] = cur[j][m][e] = 0.0f;
+}
+
 // This warp's accumulators (n-tiles ntl.. of column block nb): y directly when the grid block did the whole
 // column block, else the grid block's partial slot `pslot` (0: its range's first segment, 1: its last).
 template <int CB, int NTW, int MT>
@@ -477,12 +488,7 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
         const int seg_begin = w, seg_end = min(w1, (nb + 1) * KC);
 
         float acc[kNtPerWarp][MT][4], cur[kNtPerWarp][MT][4];
-#pragma unroll
-        for (int j = 0; j < kNtPerWarp; ++j)
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[j][m][e] = cur[j][m][e] = 0.0f;
+        zero_acc(acc, cur);
 
         int c = w - nb * KC;
         int rem = cpg - c % cpg;  // GK = 0: chunks left in the current scale group

@@ -249,12 +249,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) qmm_tma_kernel(const Args a) {
         const int nt0 = nb * NTB + ntw;
 
         float acc[NTW][MT][4], cur[NTW][MT][4];
-#pragma unroll
-        for (int j = 0; j < NTW; ++j)
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[j][m][e] = cur[j][m][e] = 0.0f;
+        zero_acc(acc, cur);
 
         int c = w - nb * KC;
         int rem = cpg - c % cpg;
