@@ -36,7 +36,9 @@ export GRIMOIRE_SHARED=${GRIMOIRE_SHARED:-$PWD/../shared}
 
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed"
 head -15 "$OUT/nvidia-smi.txt"
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo "${GRIMOIRE_COMMIT:-unknown}")
+# The binaries' commit: GRIMOIRE_COMMIT when set (prebuilt binaries carried to a machine whose checkout is
+# at another commit), else this checkout's HEAD.
+COMMIT=${GRIMOIRE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 status=0
 echo "== GPU tests"
