@@ -209,6 +209,30 @@ __device__ __forceinline__ int block_of(int w, int W, int B) {
 }
 
 
+// The A fragment (quant/repack.h order) of k-tile kt from a lane's weight words of one n-tile (uint4 x VEC).
+// INT4: (q - z) exact in BF16 (LOP3 to 128 + q, HSUB2 of 128 + z: zx / zy for rows g / g + 8). FP8: the E4M3
+// bytes moved into BF16 bit positions (the value / 2^120), times 2^120 (exact, subnormals included).
+template <bool FP8, int VEC>
+__device__ __forceinline__ void a_fragment(const uint4 (&q)[VEC], int kt, uint32_t zx, uint32_t zy, uint32_t& a0,
+                                           uint32_t& a1, uint32_t& a2, uint32_t& a3) {
+    if constexpr (FP8) {
+        const uint4& qq = q[kt >> 1];
+        const uint32_t w0x = (kt & 1) ? qq.z : qq.x, w1x = (kt & 1) ? qq.w : qq.y;
+        a0 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w0x), kBf16x2Pow120);
+        a1 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w0x >> 8), kBf16x2Pow120);
+        a2 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w1x), kBf16x2Pow120);
+        a3 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w1x >> 8), kBf16x2Pow120);
+        (void)zx, (void)zy;
+    } else {
+        const uint4& qq = q[0];
+        const uint32_t wd = kt == 0 ? qq.x : kt == 1 ? qq.y : kt == 2 ? qq.z : qq.w;
+        a0 = bf16x2_sub(and_or(wd, 0x000F000Fu, 0x43004300u), zx);
+        a1 = bf16x2_sub(and_or(wd >> 4, 0x000F000Fu, 0x43004300u), zy);
+        a2 = bf16x2_sub(and_or(wd >> 8, 0x000F000Fu, 0x43004300u), zx);
+        a3 = bf16x2_sub(and_or(wd >> 12, 0x000F000Fu, 0x43004300u), zy);
+    }
+}
+
 // A column block's running sums: acc (scaled) and cur (the current scale group's), [n-tile][token tile][4].
 template <int NTW, int MT>
 __device__ __forceinline__ void zero_acc(float (&acc)[NTW][MT][4], float (&cur)[NTW][MT][4]) {
@@ -576,21 +600,7 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
 #pragma unroll
                 for (int j = 0; j < kNtPerWarp; ++j) {
                     uint32_t a0, a1, a2, a3;
-                    if constexpr (FP8) {
-                        const uint4& qq = q[j][kt >> 1];
-                        const uint32_t w0x = (kt & 1) ? qq.z : qq.x, w1x = (kt & 1) ? qq.w : qq.y;
-                        a0 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w0x), kBf16x2Pow120);
-                        a1 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w0x >> 8), kBf16x2Pow120);
-                        a2 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w1x), kBf16x2Pow120);
-                        a3 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w1x >> 8), kBf16x2Pow120);
-                    } else {
-                        const uint4& qq = q[j][0];
-                        const uint32_t wd = kt == 0 ? qq.x : kt == 1 ? qq.y : kt == 2 ? qq.z : qq.w;
-                        a0 = bf16x2_sub(and_or(wd, 0x000F000Fu, 0x43004300u), zp[j].x);
-                        a1 = bf16x2_sub(and_or(wd >> 4, 0x000F000Fu, 0x43004300u), zp[j].y);
-                        a2 = bf16x2_sub(and_or(wd >> 8, 0x000F000Fu, 0x43004300u), zp[j].x);
-                        a3 = bf16x2_sub(and_or(wd >> 12, 0x000F000Fu, 0x43004300u), zp[j].y);
-                    }
+                    a_fragment<FP8>(q[j], kt, zp[j].x, zp[j].y, a0, a1, a2, a3);
 #pragma unroll
                     for (int m = 0; m < MT; ++m) mma_bf16(cur[j][m], a0, a1, a2, a3, b0[m], b1[m]);
                 }

@@ -316,22 +316,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) qmm_tma_kernel(const Args a) {
                                         : ASYM ? (0x4300u + cur_in.z[j][1]) * 0x10001u
                                                : 0x43084308u;
                     uint32_t a0, a1, a2, a3;
-                    if constexpr (FP8) {
-                        const uint4& qq = q[j][kt >> 1];
-                        const uint32_t w0x = (kt & 1) ? qq.z : qq.x, w1x = (kt & 1) ? qq.w : qq.y;
-                        a0 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w0x), kBf16x2Pow120);
-                        a1 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w0x >> 8), kBf16x2Pow120);
-                        a2 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w1x), kBf16x2Pow120);
-                        a3 = bf16x2_mul(fp8x2_to_bf16x2_scaled(w1x >> 8), kBf16x2Pow120);
-                        (void)zx, (void)zy;
-                    } else {
-                        const uint4& qq = q[j][0];
-                        const uint32_t wd = kt == 0 ? qq.x : kt == 1 ? qq.y : kt == 2 ? qq.z : qq.w;
-                        a0 = bf16x2_sub(and_or(wd, 0x000F000Fu, 0x43004300u), zx);
-                        a1 = bf16x2_sub(and_or(wd >> 4, 0x000F000Fu, 0x43004300u), zy);
-                        a2 = bf16x2_sub(and_or(wd >> 8, 0x000F000Fu, 0x43004300u), zx);
-                        a3 = bf16x2_sub(and_or(wd >> 12, 0x000F000Fu, 0x43004300u), zy);
-                    }
+                    a_fragment<FP8>(q[j], kt, zx, zy, a0, a1, a2, a3);
 #pragma unroll
                     for (int m = 0; m < MT; ++m)
                         mma_bf16(cur[j][m], a0, a1, a2, a3, cur_in.b[m][kt][0], cur_in.b[m][kt][1]);
