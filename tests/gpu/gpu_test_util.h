@@ -83,4 +83,23 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
                           << atol << ", rtol " << rtol << ", n " << got.size() << ")";
 }
 
+// y [T, N] = x [T, K] w [N, K]^T in double, and mag = sum_k |x w|, the scale each element's rounding is
+// relative to (the reference of the GEMV / quantized-GEMM tests).
+inline void host_matmul(const std::vector<float>& x, const std::vector<float>& w, int64_t T, int64_t N, int64_t K,
+                        std::vector<double>& y, std::vector<double>& mag) {
+    y.assign(static_cast<size_t>(T * N), 0.0);
+    mag.assign(static_cast<size_t>(T * N), 0.0);
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t n = 0; n < N; ++n) {
+            double s = 0, m = 0;
+            for (int64_t k = 0; k < K; ++k) {
+                const double p = double(x[static_cast<size_t>(t * K + k)]) * double(w[static_cast<size_t>(n * K + k)]);
+                s += p;
+                m += std::fabs(p);
+            }
+            y[static_cast<size_t>(t * N + n)] = s;
+            mag[static_cast<size_t>(t * N + n)] = m;
+        }
+}
+
 }  // namespace grimoire::test

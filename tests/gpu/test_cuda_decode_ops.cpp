@@ -25,29 +25,11 @@ using test::rand_bf16;
 
 std::string act_name(DType act) { return act == DType::F32 ? " f32" : " bf16"; }
 
-// y [T, N] = x [T, K] w [N, K]^T in double, and the scale sum |w| |x| each element's rounding is relative to.
-void host_gemv(const std::vector<float>& x, const std::vector<float>& w, int64_t T, int64_t N, int64_t K,
-               std::vector<float>& y, std::vector<float>& mag) {
-    y.assign(static_cast<size_t>(T * N), 0.0f);
-    mag.assign(static_cast<size_t>(T * N), 0.0f);
-    for (int64_t t = 0; t < T; ++t)
-        for (int64_t n = 0; n < N; ++n) {
-            double s = 0, m = 0;
-            for (int64_t k = 0; k < K; ++k) {
-                const double p = double(x[static_cast<size_t>(t * K + k)]) * double(w[static_cast<size_t>(n * K + k)]);
-                s += p;
-                m += std::abs(p);
-            }
-            y[static_cast<size_t>(t * N + n)] = static_cast<float>(s);
-            mag[static_cast<size_t>(t * N + n)] = static_cast<float>(m);
-        }
-}
-
-void expect_gemv(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& mag,
+void expect_gemv(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& mag,
                  const std::string& what) {
     ASSERT_EQ(got.size(), want.size()) << what;
     for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_LE(std::abs(double(got[i]) - double(want[i])), 1e-5 * double(mag[i]) + 1e-6)
+        ASSERT_LE(std::abs(double(got[i]) - want[i]), 1e-5 * mag[i] + 1e-6)
             << what << ": element " << i << " got " << got[i] << " want " << want[i];
 }
 
@@ -69,8 +51,8 @@ TEST(CudaDecodeOps, GemvAllTokenCountsAndShapes) {
                 Tensor yg = gpu->scratch(DType::F32, {T, N});
                 poison(*gpu, yg);
                 gpu->matmul(xg, wg, yg);
-                std::vector<float> want, mag;
-                host_gemv(x, w, T, N, K, want, mag);
+                std::vector<double> want, mag;
+                test::host_matmul(x, w, T, N, K, want, mag);
                 expect_gemv(get(*gpu, yg), want, mag,
                             "gemv T=" + std::to_string(T) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
                                 act_name(xdt));
@@ -100,12 +82,12 @@ TEST(CudaDecodeOps, MatmulSplitIntoPartsAtDecodeRows) {
                 poison(*gpu, ys.back());
             }
             gpu->matmul_split(xg, wg, ys.data(), ys.size());
-            std::vector<float> want, mag;
-            host_gemv(x, w, T, N, K, want, mag);
+            std::vector<double> want, mag;
+            test::host_matmul(x, w, T, N, K, want, mag);
             int64_t c0 = 0;
             for (size_t i = 0; i < ys.size(); ++i) {
                 const int64_t wd = widths[i];
-                std::vector<float> pw, pm;
+                std::vector<double> pw, pm;
                 for (int64_t t = 0; t < T; ++t)
                     for (int64_t c = 0; c < wd; ++c) {
                         pw.push_back(want[static_cast<size_t>(t * N + c0 + c)]);

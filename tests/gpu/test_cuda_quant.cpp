@@ -81,17 +81,8 @@ void check_linear(CudaBackend& gpu, const Linear& lin, const std::vector<float>&
                   std::mt19937& rng, const std::string& what) {
     const int64_t N = lin.out_features(), K = lin.in_features();
     const std::vector<float> xv = test::rand_bf16(static_cast<size_t>(M * K), rng());
-    std::vector<double> want(static_cast<size_t>(M * N)), mag(static_cast<size_t>(M * N));
-    for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n) {
-            double acc = 0, a = 0;
-            for (int64_t k = 0; k < K; ++k) {
-                const double p = double(xv[static_cast<size_t>(m * K + k)]) * double(w[static_cast<size_t>(n * K + k)]);
-                acc += p;
-                a += std::fabs(p);
-            }
-            want[static_cast<size_t>(m * N + n)] = acc, mag[static_cast<size_t>(m * N + n)] = a;
-        }
+    std::vector<double> want, mag;
+    test::host_matmul(xv, w, M, N, K, want, mag);
     Tensor x = test::put(gpu, xv, DType::BF16, {M, K});
     Tensor y = gpu.alloc_persistent(DType::F32, {M, N});
     const std::vector<float> poison(static_cast<size_t>(M * N), NAN);
@@ -286,22 +277,15 @@ TEST(CudaQmmStreamK, AnyGridSizeGivesTheSameResult) {
         Tensor x(up(xb.data(), xb.size() * 2), DType::BF16, Device::CUDA, {M, K});
         Tensor y(nullptr, DType::F32, Device::CUDA, {M, N});
         y.data = up(std::vector<float>(static_cast<size_t>(M * N), NAN).data(), static_cast<size_t>(M * N) * 4);
+        std::vector<double> want, mag;
+        test::host_matmul(xv, w, M, N, K, want, mag);
         for (int blocks : {1, 5, 13, 64}) {
             ASSERT_EQ(cudaMemset(y.data, 0xff, static_cast<size_t>(M * N) * 4), cudaSuccess);  // NaN poison
             cuda::qmm_int4(d, x, y, ws, nullptr, blocks);
             std::vector<float> got(static_cast<size_t>(M * N));
             ASSERT_EQ(cudaMemcpy(got.data(), y.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
             size_t bad = 0;
-            for (int64_t m = 0; m < M; ++m)
-                for (int64_t n = 0; n < N; ++n) {
-                    double acc = 0, mag = 0;
-                    for (int64_t k = 0; k < K; ++k) {
-                        const double t = double(xv[static_cast<size_t>(m * K + k)]) * w[static_cast<size_t>(n * K + k)];
-                        acc += t, mag += std::fabs(t);
-                    }
-                    const float g = got[static_cast<size_t>(m * N + n)];
-                    bad += !(std::fabs(g - acc) <= 2e-5 * mag + 1e-12);
-                }
+            for (size_t i = 0; i < got.size(); ++i) bad += !(std::fabs(got[i] - want[i]) <= 2e-5 * mag[i] + 1e-12);
             EXPECT_EQ(bad, 0u) << "M " << M << " blocks " << blocks;
         }
         // Split column blocks are summed by whichever grid block arrives last, in a fixed order, so repeated
