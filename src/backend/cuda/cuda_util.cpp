@@ -1,5 +1,7 @@
 #include "backend/cuda/cuda_util.h"
 
+#include <cstdlib>
+
 #include "kernels/cuda/kernels.h"
 
 namespace grimoire::cuda {
@@ -19,6 +21,18 @@ void check_launch(const char* op) {
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         throw Error(std::string("CUDA kernel launch failed in ") + op + ": " + cudaGetErrorString(e));
+}
+
+// Declared in kernels/cuda/common.cuh: whether launch_pdl sets the programmatic-launch attribute.
+bool pdl_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_PDL");
+        int dev = 0, major = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        return major >= 9 && !(e && e[0] == '0');
+    }();
+    return on;
 }
 
 }  // namespace grimoire::cuda

@@ -129,6 +129,7 @@ __device__ __forceinline__ void store_split(const DecodeParams& p, const float* 
 
 template <class CT, int EPL>
 static __global__ void __launch_bounds__(32 * kWarps) decode_split_kernel(DecodeParams p) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     __shared__ float sm_acc[kWarps][kMaxG][EPL * 32];
     __shared__ float sm_m[kWarps][kMaxG], sm_l[kWarps][kMaxG];
     __shared__ float sm_q[kMaxG][EPL * 32];
@@ -233,6 +234,7 @@ static __global__ void __launch_bounds__(32 * kWarps) decode_split_kernel(Decode
 // fifth of a 32K decode-attention call).
 constexpr int kCombineThreads = 512;
 static __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(DecodeParams p) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     __shared__ float wgt[kMaxSplits];
     __shared__ float part[kCombineThreads];
     __shared__ float red[32];
@@ -306,6 +308,7 @@ __device__ __forceinline__ void bf16_to_f(const U& u, float* f) {
 constexpr int kTileRows = 8;
 template <int EPL, int G>
 static __global__ void __launch_bounds__(32 * kWarps, 3) decode_tile_kernel(DecodeParams p) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     constexpr int D = 32 * EPL;
     __shared__ __align__(16) float sm_q[G][D];
     __shared__ float sm_acc[kWarps][G][D];
@@ -408,11 +411,21 @@ static __global__ void __launch_bounds__(32 * kWarps, 3) decode_tile_kernel(Deco
 template <int EPL>
 static bool launch_tile(const DecodeParams& p, dim3 grid, cudaStream_t s) {
     switch (p.G) {
-        case 1: decode_tile_kernel<EPL, 1><<<grid, 32 * kWarps, 0, s>>>(p); return true;
-        case 2: decode_tile_kernel<EPL, 2><<<grid, 32 * kWarps, 0, s>>>(p); return true;
-        case 4: decode_tile_kernel<EPL, 4><<<grid, 32 * kWarps, 0, s>>>(p); return true;
-        case 6: decode_tile_kernel<EPL, 6><<<grid, 32 * kWarps, 0, s>>>(p); return true;
-        case 8: decode_tile_kernel<EPL, 8><<<grid, 32 * kWarps, 0, s>>>(p); return true;
+        case 1:
+            launch_pdl(decode_tile_kernel<EPL, 1>, grid, dim3(32 * kWarps), 0, s, p);
+            return true;
+        case 2:
+            launch_pdl(decode_tile_kernel<EPL, 2>, grid, dim3(32 * kWarps), 0, s, p);
+            return true;
+        case 4:
+            launch_pdl(decode_tile_kernel<EPL, 4>, grid, dim3(32 * kWarps), 0, s, p);
+            return true;
+        case 6:
+            launch_pdl(decode_tile_kernel<EPL, 6>, grid, dim3(32 * kWarps), 0, s, p);
+            return true;
+        case 8:
+            launch_pdl(decode_tile_kernel<EPL, 8>, grid, dim3(32 * kWarps), 0, s, p);
+            return true;
         default: return false;
     }
 }
@@ -425,14 +438,24 @@ static void launch_decode_typed(const DecodeParams& p, cudaStream_t s) {
                          ((reinterpret_cast<uintptr_t>(p.k_cache) | reinterpret_cast<uintptr_t>(p.v_cache)) & 15) == 0;
     if (tile_ok && ((p.D == 256 && launch_tile<8>(p, grid, s)) || (p.D == 128 && launch_tile<4>(p, grid, s)))) {
     } else switch (p.D / 32) {
-        case 1: decode_split_kernel<CT, 1><<<grid, 32 * kWarps, 0, s>>>(p); break;
-        case 2: decode_split_kernel<CT, 2><<<grid, 32 * kWarps, 0, s>>>(p); break;
-        case 4: decode_split_kernel<CT, 4><<<grid, 32 * kWarps, 0, s>>>(p); break;
-        case 8: decode_split_kernel<CT, 8><<<grid, 32 * kWarps, 0, s>>>(p); break;
-        default: throw Error("cuda attention: decode supports head_dim 32, 64, 128, 256");
+            case 1:
+                launch_pdl(decode_split_kernel<CT, 1>, grid, dim3(32 * kWarps), 0, s, p);
+                break;
+            case 2:
+                launch_pdl(decode_split_kernel<CT, 2>, grid, dim3(32 * kWarps), 0, s, p);
+                break;
+            case 4:
+                launch_pdl(decode_split_kernel<CT, 4>, grid, dim3(32 * kWarps), 0, s, p);
+                break;
+            case 8:
+                launch_pdl(decode_split_kernel<CT, 8>, grid, dim3(32 * kWarps), 0, s, p);
+                break;
+            default:
+                throw Error("cuda attention: decode supports head_dim 32, 64, 128, 256");
     }
     check_launch("attention decode");
-    decode_combine_kernel<<<dim3(static_cast<unsigned>(p.Hq), 1, T), kCombineThreads, 0, s>>>(p);
+    launch_pdl(decode_combine_kernel, dim3(static_cast<unsigned>(p.Hq), 1, T), dim3(kCombineThreads), 0, s,
+               p);
     check_launch("attention decode combine");
 }
 

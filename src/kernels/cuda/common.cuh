@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -35,6 +37,37 @@ __device__ __forceinline__ void st(void* p, int dt, int64_t i, float v) {
     if (dt == kBF16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
     else if (dt == kF16) static_cast<__half*>(p)[i] = __float2half(v);
     else static_cast<float*>(p)[i] = v;
+}
+
+// Programmatic dependent launch (Hopper). A kernel launched through launch_pdl may start while its
+// predecessor in the stream still runs: it calls pdl_enter() before touching memory, which waits until the
+// predecessor has completed and its writes are visible (at once without the launch attribute or below sm_90)
+// and then lets the kernel's own dependents launch. A decode step is a chain of such kernels and of the
+// quantized GEMMs (qmm.cu, which prefetch their first weights before the wait), so each kernel is resident
+// and waiting when its predecessor ends instead of being launched then. Measured on the 27B decode step:
+// -0.15 to -0.2 ms of ~8-10 (docs/BENCHMARKS.md, session 6). GRIMOIRE_PDL=0 launches them plainly.
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+// On for compute capability 9+ unless GRIMOIRE_PDL=0.
+bool pdl_enabled();
+template <class... P, class... A>
+inline void launch_pdl(
+    void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

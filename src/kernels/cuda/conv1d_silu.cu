@@ -19,6 +19,7 @@ static __global__ void conv1d_silu_kernel(const void* __restrict__ x,  // [T, C]
                                           int sdt, int64_t T, int64_t C, int K,
                                           void* __restrict__ out,  // [T, C]
                                           int odt, int64_t xs) {  // xs: elements between x rows
+    pdl_enter();                                                  // launched through launch_pdl (common.cuh)
     const int64_t n = T * C;
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -37,6 +38,7 @@ static __global__ void conv1d_silu_kernel(const void* __restrict__ x,  // [T, C]
 // thread writes it (writes go to j < T + j), so in place is safe.
 static __global__ void conv_state_kernel(const void* __restrict__ x, int xdt, void* state, int sdt, int64_t T,
                                          int64_t C, int K, int64_t xs) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (c >= C) return;
     for (int j = 0; j < K - 1; ++j) {
@@ -59,6 +61,7 @@ static __global__ void __launch_bounds__(256) conv1d_silu_x2_kernel(const __nv_b
                                                                     int sdt, int64_t T, int64_t C,
                                                                     __nv_bfloat162* __restrict__ out,  // [T, C/2]
                                                                     int64_t xs2) {  // pairs between x rows
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     const int64_t pairs = C / 2;
     const int64_t gi = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (gi >= pairs * ((T + kConvTile - 1) / kConvTile)) return;
@@ -97,6 +100,7 @@ template <int KT>
 static __global__ void conv1d_silu_step_kernel(const void* __restrict__ x, int xdt, const void* __restrict__ w,
                                                int wdt, void* state, int sdt, int64_t T, int64_t C, int k_rt,
                                                void* __restrict__ out, int odt, int64_t xs) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     const int K = KT > 0 ? KT : k_rt;
     const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (c >= C) return;
@@ -117,23 +121,28 @@ static void launch_conv1d_silu(const void* x, int xdt, const void* w, int wdt, v
                                int64_t C, int K, void* out, int odt, int64_t xs, cudaStream_t s) {
     if (T <= kStepMaxT) {
         if (K == 4)
-            conv1d_silu_step_kernel<4><<<grid_for(C, 128), 128, 0, s>>>(x, xdt, w, wdt, state, sdt, T, C, K, out, odt, xs);
+            launch_pdl(conv1d_silu_step_kernel<4>, dim3(grid_for(C, 128)), dim3(128), 0, s, x, xdt, w, wdt,
+                       state, sdt, T, C, K, out, odt, xs);
         else
-            conv1d_silu_step_kernel<0><<<grid_for(C, 128), 128, 0, s>>>(x, xdt, w, wdt, state, sdt, T, C, K, out, odt, xs);
+            launch_pdl(conv1d_silu_step_kernel<0>, dim3(grid_for(C, 128)), dim3(128), 0, s, x, xdt, w, wdt,
+                       state, sdt, T, C, K, out, odt, xs);
         check_launch("conv1d_silu");
         return;
     }
     const bool al4 = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out)) & 3) == 0;
     if (xdt == kBF16 && odt == kBF16 && K == 4 && C % 2 == 0 && xs % 2 == 0 && al4) {
         const int64_t n = C / 2 * ((T + kConvTile - 1) / kConvTile);
-        conv1d_silu_x2_kernel<4><<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(
-            static_cast<const __nv_bfloat162*>(x), w, wdt, state, sdt, T, C, static_cast<__nv_bfloat162*>(out), xs / 2);
+        launch_pdl(conv1d_silu_x2_kernel<4>, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0, s,
+                   static_cast<const __nv_bfloat162*>(x), w, wdt, state, sdt, T, C,
+                   static_cast<__nv_bfloat162*>(out), xs / 2);
     } else {
-        conv1d_silu_kernel<<<grid_for(T * C, 256), 256, 0, s>>>(x, xdt, w, wdt, state, sdt, T, C, K, out, odt, xs);
+        launch_pdl(conv1d_silu_kernel, dim3(grid_for(T * C, 256)), dim3(256), 0, s, x, xdt, w, wdt, state,
+                   sdt, T, C, K, out, odt, xs);
     }
     check_launch("conv1d_silu");
     if (K > 1) {
-        conv_state_kernel<<<grid_for(C, 256), 256, 0, s>>>(x, xdt, state, sdt, T, C, K, xs);
+        launch_pdl(conv_state_kernel, dim3(grid_for(C, 256)), dim3(256), 0, s, x, xdt, state, sdt, T, C, K,
+                   xs);
         check_launch("conv1d_silu state");
     }
 }

@@ -10,6 +10,7 @@ static __global__ void embedding_kernel(const void* __restrict__ table,  // [V, 
                                         int64_t V, int64_t H,
                                         void* __restrict__ out,  // [T, H]
                                         int odt) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     const int64_t t = blockIdx.y;
     int64_t id = ids[t];
     // An out-of-range id would read outside the table; clamp (the host validates ids before they get here).
@@ -21,7 +22,7 @@ static __global__ void embedding_kernel(const void* __restrict__ table,  // [V, 
 static void launch_embedding(const void* table, int tdt, const int32_t* ids, int64_t T, int64_t V, int64_t H,
                              void* out, int odt, cudaStream_t s) {
     dim3 grid(grid_for(H, 256) > 64 ? 64 : grid_for(H, 256), static_cast<unsigned>(T));
-    embedding_kernel<<<grid, 256, 0, s>>>(table, tdt, ids, V, H, out, odt);
+    launch_pdl(embedding_kernel, grid, dim3(256), 0, s, table, tdt, ids, V, H, out, odt);
     check_launch("embedding");
 }
 

@@ -15,6 +15,7 @@ static __global__ void add_rmsnorm_kernel(void* x,  // [R, D], updated
                                           int wdt, int64_t D, float eps, float w_offset,
                                           void* out,  // [R, D]
                                           int odt) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     __shared__ float red[32];
     const int64_t base = static_cast<int64_t>(blockIdx.x) * D;
     float ss = 0.0f;
@@ -38,6 +39,7 @@ static __global__ void __launch_bounds__(1024) add_rmsnorm_bf16x8_kernel(__nv_bf
                                                                          const float* __restrict__ w,  // [D]
                                                                          int64_t D, float eps, float w_offset,
                                                                          __nv_bfloat16* out) {  // [R, D]
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     __shared__ float red[32];
     const int64_t base = static_cast<int64_t>(blockIdx.x) * D, c = 8 * static_cast<int64_t>(threadIdx.x);
     const bool on = c < D;
@@ -85,6 +87,7 @@ static __global__ void __launch_bounds__(kRowThreads) add_rmsnorm_rows_kernel(__
                                                                               const float* __restrict__ w,  // [D]
                                                                               int64_t D, float eps, float w_offset,
                                                                               __nv_bfloat16* out) {  // [R, D]
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     __shared__ float red[32];
     const int64_t base = static_cast<int64_t>(blockIdx.x) * D;
     uint4 xv[NV], yv[NV];
@@ -134,9 +137,9 @@ static __global__ void __launch_bounds__(kRowThreads) add_rmsnorm_rows_kernel(__
 template <int NV>
 static void launch_rows(Tensor& x, const Tensor& y, const Tensor& w, float eps, float w_offset, Tensor& out,
                         cudaStream_t s) {
-    add_rmsnorm_rows_kernel<NV><<<static_cast<unsigned>(x.rows()), kRowThreads, 0, s>>>(
-        x.ptr<__nv_bfloat16>(), y.ptr<__nv_bfloat16>(), w.ptr<float>(), x.cols(), eps, w_offset,
-        out.ptr<__nv_bfloat16>());
+    launch_pdl(add_rmsnorm_rows_kernel<NV>, dim3(static_cast<unsigned>(x.rows())), dim3(kRowThreads), 0, s,
+               x.ptr<__nv_bfloat16>(), y.ptr<__nv_bfloat16>(), w.ptr<float>(), x.cols(), eps, w_offset,
+               out.ptr<__nv_bfloat16>());
 }
 
 // Rows from which the row kernel runs; GRIMOIRE_ADD_RMSNORM_ROWS=0 keeps the one-vector kernel (before / after).
@@ -176,16 +179,17 @@ void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKin
             return;
         }
         const int threads = static_cast<int>((D / 8 + 31) / 32 * 32);
-        add_rmsnorm_bf16x8_kernel<<<static_cast<unsigned>(x.rows()), threads, 0, s>>>(
-            x.ptr<__nv_bfloat16>(), y.ptr<__nv_bfloat16>(), w.ptr<float>(), D, eps,
-            kind == NormKind::PLUS_ONE ? 1.0f : 0.0f, out.ptr<__nv_bfloat16>());
+        launch_pdl(add_rmsnorm_bf16x8_kernel, dim3(static_cast<unsigned>(x.rows())), dim3(threads), 0, s,
+                   x.ptr<__nv_bfloat16>(), y.ptr<__nv_bfloat16>(), w.ptr<float>(), D, eps,
+                   kind == NormKind::PLUS_ONE ? 1.0f : 0.0f, out.ptr<__nv_bfloat16>());
         check_launch(op);
         return;
     }
     const int threads = D >= 1024 ? 512 : (D >= 256 ? 256 : 64);
-    add_rmsnorm_kernel<<<static_cast<unsigned>(x.rows()), threads, 0, s>>>(
-        x.data, dt_code(x.dtype, op, "x"), y.data, dt_code(y.dtype, op, "y"), w.data, dt_code(w.dtype, op, "w"), D,
-        eps, kind == NormKind::PLUS_ONE ? 1.0f : 0.0f, out.data, dt_code(out.dtype, op, "out"));
+    launch_pdl(add_rmsnorm_kernel, dim3(static_cast<unsigned>(x.rows())), dim3(threads), 0, s, x.data,
+               dt_code(x.dtype, op, "x"), y.data, dt_code(y.dtype, op, "y"), w.data,
+               dt_code(w.dtype, op, "w"), D, eps, kind == NormKind::PLUS_ONE ? 1.0f : 0.0f, out.data,
+               dt_code(out.dtype, op, "out"));
     check_launch(op);
 }
 

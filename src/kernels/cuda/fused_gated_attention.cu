@@ -37,6 +37,7 @@ struct PrepArgs {
 // Block (b, t): token t; b < Hq: query head b, b = Hq + j: KV head j. blockDim = D. The normalised value is
 // rounded to the dtype the unfused rmsnorm would have stored before RoPE reads it back.
 static __global__ void gated_attn_prep_kernel(PrepArgs a) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     __shared__ float xs[kMaxD];
     __shared__ float red[32];
     const int i = threadIdx.x;
@@ -79,6 +80,7 @@ static __global__ void gated_attn_prep_kernel(PrepArgs a) {
 // sit in one lane when half is a multiple of 32; GPT-J pairs (2f, 2f + 1) are neighbouring lanes.
 template <int E>
 static __global__ void __launch_bounds__(256) gated_attn_prep_warp_kernel(PrepArgs a, int64_t rows) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     constexpr int D = 32 * E;
     const int lane = threadIdx.x & 31;
     const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
@@ -144,6 +146,7 @@ static __global__ void __launch_bounds__(256) gated_attn_prep_warp_kernel(PrepAr
 // BF16 with D and qs multiples of 8: 16-byte vectors (dvec, qsvec in vectors).
 static __global__ void gate_rows_vec_kernel(uint4* out, const uint4* __restrict__ qg, int64_t n, int64_t dvec,
                                             int64_t Hq, int64_t qsvec) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t r = i / dvec, c = i % dvec;
@@ -161,6 +164,7 @@ static __global__ void gate_rows_vec_kernel(uint4* out, const uint4* __restrict_
 }
 static __global__ void gate_rows_kernel(void* out, int odt, const void* __restrict__ qg, int gdt, int64_t n,
                                         int64_t D, int64_t Hq, int64_t qs) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t r = i / D, c = i % D;
@@ -224,8 +228,8 @@ PrepArgs prep_args(const Tensor& qg, const Tensor& k, const Tensor& v, const Ten
 }
 
 void launch_prep(const PrepArgs& a, int64_t T, cudaStream_t s) {
-    gated_attn_prep_kernel<<<dim3(static_cast<unsigned>(a.Hq + a.Hkv), static_cast<unsigned>(T)),
-                             static_cast<unsigned>(a.D), 0, s>>>(a);
+    launch_pdl(gated_attn_prep_kernel, dim3(static_cast<unsigned>(a.Hq + a.Hkv), static_cast<unsigned>(T)),
+               dim3(static_cast<unsigned>(a.D)), 0, s, a);
     check_launch("gated_attention_core prep");
 }
 }  // namespace
@@ -262,9 +266,12 @@ void gated_attention_prefill(const Tensor& qg, const Tensor& k, const Tensor& v,
     const int64_t rows = T * (a.Hq + a.Hkv);
     const unsigned wgrid = static_cast<unsigned>((rows + 7) / 8);
     const bool pairs_ok = a.neox ? a.half % 32 == 0 : true;
-    if (pairs_ok && a.D == 256) gated_attn_prep_warp_kernel<8><<<wgrid, 256, 0, s>>>(a, rows);
-    else if (pairs_ok && a.D == 128) gated_attn_prep_warp_kernel<4><<<wgrid, 256, 0, s>>>(a, rows);
-    else if (pairs_ok && a.D == 64) gated_attn_prep_warp_kernel<2><<<wgrid, 256, 0, s>>>(a, rows);
+    if (pairs_ok && a.D == 256)
+        launch_pdl(gated_attn_prep_warp_kernel<8>, dim3(wgrid), dim3(256), 0, s, a, rows);
+    else if (pairs_ok && a.D == 128)
+        launch_pdl(gated_attn_prep_warp_kernel<4>, dim3(wgrid), dim3(256), 0, s, a, rows);
+    else if (pairs_ok && a.D == 64)
+        launch_pdl(gated_attn_prep_warp_kernel<2>, dim3(wgrid), dim3(256), 0, s, a, rows);
     else launch_prep(a, T, s);
     check_launch("gated_attention_core prep");
     const int odt = dt_code(out.dtype, "gated_attention_core", "out");
@@ -277,10 +284,12 @@ void gated_attention_prefill(const Tensor& qg, const Tensor& k, const Tensor& v,
     const bool vec = odt == kBF16 && a.qgdt == kBF16 && a.D % 8 == 0 && a.qs % 8 == 0 &&
                      ((reinterpret_cast<uintptr_t>(out.data) | reinterpret_cast<uintptr_t>(qg.data)) & 15) == 0;
     if (vec)
-        gate_rows_vec_kernel<<<grid_for(n / 8, 256), 256, 0, s>>>(
-            static_cast<uint4*>(out.data), static_cast<const uint4*>(qg.data), n / 8, a.D / 8, a.Hq, a.qs / 8);
+        launch_pdl(gate_rows_vec_kernel, dim3(grid_for(n / 8, 256)), dim3(256), 0, s,
+                   static_cast<uint4*>(out.data), static_cast<const uint4*>(qg.data), n / 8, a.D / 8, a.Hq,
+                   a.qs / 8);
     else
-        gate_rows_kernel<<<grid_for(n, 256), 256, 0, s>>>(out.data, odt, qg.data, a.qgdt, n, a.D, a.Hq, a.qs);
+        launch_pdl(gate_rows_kernel, dim3(grid_for(n, 256)), dim3(256), 0, s, out.data, odt, qg.data, a.qgdt,
+                   n, a.D, a.Hq, a.qs);
     check_launch("gated_attention_core gate");
 }
 

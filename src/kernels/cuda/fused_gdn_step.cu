@@ -45,6 +45,7 @@ struct StepArgs {
 // kernel below is faster from two tokens on but 1.7 us slower for one on the H200 (9.2 against 7.5 us per 27B
 // layer): its single-warp phases wait on a and b and the norm weight, loaded there rather than up front.
 static __global__ void __launch_bounds__(kRowGroups * kCols) gdn_step1_kernel(StepArgs p) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     __shared__ float qn[kMaxDk], kn[kMaxDk];
     __shared__ float part[kRowGroups][kCols];
     __shared__ float red[32];
@@ -85,6 +86,7 @@ static __global__ void __launch_bounds__(kRowGroups * kCols) gdn_step1_kernel(St
 }
 
 static __global__ void __launch_bounds__(kRowGroups * kCols) gdn_step_tiled_kernel(StepArgs p) {
+    pdl_enter();                                            // launched through launch_pdl (common.cuh)
     __shared__ float qs[kTile][kMaxDk], ks[kTile][kMaxDk];  // raw, then normalised in place
     __shared__ float vs[kTile][kCols], zs[kTile][kCols], os[kTile][kCols];
     __shared__ float decay_s[kTile], beta_s[kTile], kq_s[kTile];
@@ -215,8 +217,11 @@ void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const 
     p.state = state.ptr<float>();
     p.out = out.data; p.odt = dt_code(out.dtype, op, "out");
     p.eps = eps;
-    if (p.T == 1) gdn_step1_kernel<<<static_cast<unsigned>(p.Hv), kRowGroups * kCols, 0, s>>>(p);
-    else gdn_step_tiled_kernel<<<static_cast<unsigned>(p.Hv), kRowGroups * kCols, 0, s>>>(p);
+    if (p.T == 1)
+        launch_pdl(gdn_step1_kernel, dim3(static_cast<unsigned>(p.Hv)), dim3(kRowGroups * kCols), 0, s, p);
+    else
+        launch_pdl(gdn_step_tiled_kernel, dim3(static_cast<unsigned>(p.Hv)), dim3(kRowGroups * kCols), 0, s,
+                   p);
     check_launch("gdn_core step");
 }
 

@@ -58,6 +58,7 @@ template <int T, int R, int WPR, class XT>
 static __global__ void __launch_bounds__(32 * kWarpsPerBlock) gemv_bf16_kernel(const XT* __restrict__ x,  // [T, K]
                                                                              const __nv_bfloat16* __restrict__ w,  // [N, K]
                                                                              int64_t N, int64_t K, GemvOut out) {
+    pdl_enter();                                   // launched through launch_pdl (common.cuh)
     constexpr int kGroups = kWarpsPerBlock / WPR;  // row groups of R rows per block
     constexpr int kUnroll = R == 1 ? 4 : 2;        // 16-byte weight loads in flight per lane: 4
     constexpr int64_t kStep = 32 * 8 * WPR;
@@ -143,6 +144,7 @@ static __global__ void __launch_bounds__(32 * kWarpsPerBlock) gemv_bf16_kernel(c
 
 static __global__ void gemv_generic_kernel(const void* __restrict__ x, int xdt, const void* __restrict__ w, int wdt,
                                            int64_t T, int64_t N, int64_t K, GemvOut out) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     const int lane = threadIdx.x & 31;
     const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
     if (n >= N) return;
@@ -161,10 +163,21 @@ void launch_r(const XT* x, const __nv_bfloat16* w, int64_t N, int64_t K, const G
     const int threads = 32 * kWarpsPerBlock;
     auto grid = [&](int per_block) { return static_cast<unsigned>((groups + per_block - 1) / per_block); };
     switch (wpr) {
-        case 1: gemv_bf16_kernel<T, R, 1, XT><<<grid(kWarpsPerBlock), threads, 0, s>>>(x, w, N, K, o); break;
-        case 2: gemv_bf16_kernel<T, R, 2, XT><<<grid(kWarpsPerBlock / 2), threads, 0, s>>>(x, w, N, K, o); break;
-        case 4: gemv_bf16_kernel<T, R, 4, XT><<<grid(kWarpsPerBlock / 4), threads, 0, s>>>(x, w, N, K, o); break;
-        default: gemv_bf16_kernel<T, R, 8, XT><<<grid(1), threads, 0, s>>>(x, w, N, K, o); break;
+        case 1:
+            launch_pdl(gemv_bf16_kernel<T, R, 1, XT>, dim3(grid(kWarpsPerBlock)), dim3(threads), 0, s, x, w,
+                       N, K, o);
+            break;
+        case 2:
+            launch_pdl(gemv_bf16_kernel<T, R, 2, XT>, dim3(grid(kWarpsPerBlock / 2)), dim3(threads), 0, s, x,
+                       w, N, K, o);
+            break;
+        case 4:
+            launch_pdl(gemv_bf16_kernel<T, R, 4, XT>, dim3(grid(kWarpsPerBlock / 4)), dim3(threads), 0, s, x,
+                       w, N, K, o);
+            break;
+        default:
+            launch_pdl(gemv_bf16_kernel<T, R, 8, XT>, dim3(grid(1)), dim3(threads), 0, s, x, w, N, K, o);
+            break;
     }
 }
 
@@ -211,8 +224,9 @@ void run_gemv(const Tensor& x, const Tensor& w, const GemvOut& o, cudaStream_t s
     } else if (wdt == kBF16 && aligned && xdt == kBF16) {
         launch_gemv_bf16(x.ptr<__nv_bfloat16>(), w.ptr<__nv_bfloat16>(), T, N, K, o, s);
     } else {
-        gemv_generic_kernel<<<static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock), 32 * kWarpsPerBlock,
-                              0, s>>>(x.data, xdt, w.data, wdt, T, N, K, o);
+        launch_pdl(gemv_generic_kernel,
+                   dim3(static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock)),
+                   dim3(32 * kWarpsPerBlock), 0, s, x.data, xdt, w.data, wdt, T, N, K, o);
         check_launch("gemv");
     }
 }

@@ -67,6 +67,7 @@ void gemv(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t s);
 void gemv_split(const Tensor& x, const Tensor& w, const Tensor* outs, int n_outs, cudaStream_t s);
 
 void check_launch(const char* op);  // throws Error naming the op when the last launch failed
+bool pdl_enabled();  // launch_pdl sets the programmatic-launch attribute (sm_90+, GRIMOIRE_PDL != 0)
 
 // Token selection on the device. logits [R, V] (F32/BF16) -> out [R] I32.
 void argmax(const Tensor& logits, Tensor& out, cudaStream_t s);

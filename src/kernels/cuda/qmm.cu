@@ -210,6 +210,18 @@ bool qmm_prepare(const char* op, int64_t N, int64_t K, int64_t NT, int64_t KC, i
     a.gs = static_cast<int>(G <= 1 ? K : gs);
     a.gpc = G <= 1 || gs >= 64 ? 1 : static_cast<int>(64 / gs);
     a.W = static_cast<int>(nb * KC);
+    // GRIMOIRE_QMM_EARLY=1 (a benchmark variant): let the next grid launch at this one's start instead of
+    // after each block's last chunk. Same-binary 27B decode on the H200 (docs/BENCHMARKS.md, session 6): no
+    // gain.
+    static const int early = [] {
+        const char* e = std::getenv("GRIMOIRE_QMM_EARLY");
+        return e && e[0] == '1' ? 1 : 0;
+    }();
+    a.early = early;
+#ifdef GRIMOIRE_QMM_TRACE
+    static int launches = 0;
+    a.tslot = launches++ & 1;
+#endif
     const int xdt = dt_code(x.dtype, op, "x");
     if (xdt == kBF16 && perm == nullptr && K % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
         a.x = static_cast<const uint16_t*>(x.data), a.ldx = static_cast<int>(K);
@@ -247,7 +259,7 @@ void qmm_fp8(const Fp8Dev& w, const Tensor& x, Tensor& y, const QmmWorkspace& ws
 }
 
 #ifdef GRIMOIRE_QMM_TRACE
-// Diagnostic builds: the per-block timeline of the last launch, [kTraceBlocks][kTracePoints].
+// Diagnostic builds: the per-block timelines of the last two launches, [2][kTraceBlocks][kTracePoints].
 void qmm_trace_read(unsigned long long* out) {
     cudaMemcpyFromSymbol(out, qmm::g_trace, sizeof(qmm::g_trace));
 }

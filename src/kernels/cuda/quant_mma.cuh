@@ -59,24 +59,25 @@
 namespace grimoire::cuda::qmm {
 
 #ifdef GRIMOIRE_QMM_TRACE
-// Diagnostic: %globaltimer at fixed points of each block of the last launch (entry, after the dependency wait,
-// first chunk landed, main loop done, exit) and its SM.
-constexpr int kTraceBlocks = 4096, kTracePoints = 6;
-__device__ unsigned long long g_trace[kTraceBlocks][kTracePoints];
-__device__ __forceinline__ void trace(int i) {
+// Diagnostic: %globaltimer at fixed points of each block of the last two launches (slot = launch parity:
+// entry, after the dependency wait, first chunk landed, main loop done, exit) and its SM.
+constexpr int kTraceBlocks = 2048, kTracePoints = 6;
+__device__ unsigned long long g_trace[2][kTraceBlocks][kTracePoints];
+__device__ __forceinline__ void trace_at(int slot, int i) {
     if (threadIdx.x == 0 && blockIdx.x < kTraceBlocks) {
         unsigned long long t;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        g_trace[blockIdx.x][i] = t;
+        g_trace[slot][blockIdx.x][i] = t;
         if (i == 0) {
             unsigned sm;
             asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-            g_trace[blockIdx.x][5] = sm;
+            g_trace[slot][blockIdx.x][5] = sm;
         }
     }
 }
+#define QMM_TRACE(i) trace_at(a.tslot, i)
 #else
-__device__ __forceinline__ void trace(int) {}
+#define QMM_TRACE(i) ((void)0)
 #endif
 
 constexpr int kWarps = 4;
@@ -110,6 +111,10 @@ struct Args {
     int ssz;                  // bytes per scale (2 or 4)
     int xoff, soff, zoff, stage;  // byte offsets in one ring stage, and its size
     int nstage;                   // TMA kernel (quant_mma_tma.cuh): ring stages
+    int early;  // let the next grid launch at this one's start (see pdl_enter in common.cuh)
+#ifdef GRIMOIRE_QMM_TRACE
+    int tslot;  // trace slot (launch parity)
+#endif
 };
 
 // Ring stage layout of one launch (Args::xoff..stage); returns the shared memory the block needs.
@@ -340,11 +345,12 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
     const int KC = a.KC;
     const int cpg = a.G <= 1 ? KC : max(1, a.gs / 64);  // GK = 0: chunks per scale group
     char* ring = reinterpret_cast<char*>(smem_u4) + warp * S * a.stage;  // this warp's S stages
-    trace(0);
+    QMM_TRACE(0);
 #if GRIMOIRE_QMM_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     {
         const uint4* wb = reinterpret_cast<const uint4*>(a.words);
         int cb = w0 / KC, c0 = w0 - cb * KC;
+        if (a.early) asm volatile("griddepcontrol.launch_dependents;");
         for (int i = 0; i < GRIMOIRE_QMM_PDL_PF && w0 + i < w1; ++i) {
 #pragma unroll
             for (int j = 0; j < kNtPerWarp; ++j) {
@@ -357,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
     }
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-    trace(1);
+    QMM_TRACE(1);
 
     // ---- issue side: step iw (column block icb, chunk ic) goes to stage islot, S - 1 steps ahead of the math.
     // What each lane copies is fixed per launch (x pieces) or per column block (scale / zero pieces): the
@@ -521,7 +527,7 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
             issue();
             cp_async_wait<S - 1>();  // this lane's copies of step w have landed
             __syncwarp();            // and so have the x / scale pieces the other lanes copied
-            if (w == w0) trace(2);
+            if (w == w0) QMM_TRACE(2);
             const char* st = ring + cslot * a.stage;
             cslot = cslot + 1 == S ? 0 : cslot + 1;
 
@@ -618,7 +624,7 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
 
         // ---- this column block: written directly when this grid block did all of it, else a partial.
         if (w == w1) {  // the block's last chunk is done: the next grid may launch and prefetch during our tail
-            trace(3);
+            QMM_TRACE(3);
 #if GRIMOIRE_QMM_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
             asm volatile("griddepcontrol.launch_dependents;");
 #endif
@@ -629,7 +635,7 @@ __global__ void __launch_bounds__(kThreads, GRIMOIRE_QMM_MIN_BLOCKS > 0 ? GRIMOI
         finish_split<kColBlock>(a, nb, last_block, slot_table, kThreads, [] { __syncthreads(); });
     }
     cp_async_wait<0>();
-    trace(4);
+    QMM_TRACE(4);
 }
 
 int device_sms();  // cached multiprocessor count of the current device

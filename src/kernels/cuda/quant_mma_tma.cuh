@@ -108,6 +108,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1) qmm_tma_kernel(const Args a) {
     const int w0 = range_start(b, a.W, B), w1 = range_start(b + 1, a.W, B);
     const int KC = a.KC, S = a.nstage;
     const int cpg = a.G <= 1 ? KC : max(1, a.gs / 64);  // GK = 0: chunks per scale group
+    if (a.early) asm volatile("griddepcontrol.launch_dependents;");
+    QMM_TRACE(0);
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; ++s) {
             mbar_init(&full[s], 1);  // the producer's expect_tx arrival; the bytes complete the phase
@@ -163,6 +165,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) qmm_tma_kernel(const Args a) {
 
     // ---------------- consumer warps
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    QMM_TRACE(1);
     const int g = lane >> 2, t = lane & 3;
     const int ntw = warp * NTW;  // first n-tile of this warp within the column block
     bool row_ok[MT];
@@ -258,6 +261,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) qmm_tma_kernel(const Args a) {
             cur_in = next_in;
             if (w + 1 < w1) load_next(next_in);
             mbar_wait(&full[slot], round & 1);
+            if (w == w0) QMM_TRACE(2);
             const char* st = ring + static_cast<size_t>(slot) * a.stage;
             uint4 q[NTW][VEC];
 #pragma unroll
@@ -344,7 +348,10 @@ __global__ void __launch_bounds__(kTmaThreads, 1) qmm_tma_kernel(const Args a) {
             }
         }
 
-        if (w == w1) asm volatile("griddepcontrol.launch_dependents;");
+        if (w == w1) {
+            QMM_TRACE(3);
+            asm volatile("griddepcontrol.launch_dependents;");
+        }
         // ---- this column block: written directly when this grid block did all of it, else a partial.
         const bool whole = seg_begin == nb * KC && seg_end == (nb + 1) * KC;
         store_acc<CB>(a, acc, nb, ntw, whole, seg_begin == w0 ? 0 : 1);
@@ -352,6 +359,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1) qmm_tma_kernel(const Args a) {
         // Over the consumer warps only: the producer keeps streaming the next steps meanwhile.
         finish_split<CB>(a, nb, last_block, slot_table, kTmaConsumers * 32, [] { consumers_sync(); });
     }
+    QMM_TRACE(4);
 #endif
 }
 

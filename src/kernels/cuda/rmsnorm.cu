@@ -10,6 +10,7 @@ static __global__ void rmsnorm_kernel(const void* __restrict__ x,  // [R, D]
                                       int wdt, int64_t D, float eps, float w_offset,
                                       void* out,  // [R, D], may alias x
                                       int odt) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     __shared__ float red[32];
     const int64_t base = static_cast<int64_t>(blockIdx.x) * D;
     float ss = 0.0f;
@@ -25,7 +26,8 @@ static __global__ void rmsnorm_kernel(const void* __restrict__ x,  // [R, D]
 static void launch_rmsnorm(const void* x, int xdt, const void* w, int wdt, int64_t R, int64_t D, float eps,
                            float w_offset, void* out, int odt, cudaStream_t s) {
     const int threads = D >= 1024 ? 512 : (D >= 256 ? 256 : 64);
-    rmsnorm_kernel<<<static_cast<unsigned>(R), threads, 0, s>>>(x, xdt, w, wdt, D, eps, w_offset, out, odt);
+    launch_pdl(rmsnorm_kernel, dim3(static_cast<unsigned>(R)), dim3(threads), 0, s, x, xdt, w, wdt, D, eps,
+               w_offset, out, odt);
     check_launch("rmsnorm");
 }
 

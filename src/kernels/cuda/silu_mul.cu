@@ -6,6 +6,7 @@ namespace grimoire::cuda {
 
 static __global__ void silu_mul_kernel(const void* gate, int gdt, const void* up, int udt, void* out, int odt,
                                        int64_t n) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const float g = ld(gate, gdt, i);
@@ -17,6 +18,7 @@ static __global__ void silu_mul_kernel(const void* gate, int gdt, const void* up
 // the op runs at copy speed instead of the scalar loop's ~1.2 TB/s (2.9 ms of a 512-token 27B prompt).
 static __global__ void silu_mul_bf16x8_kernel(const uint4* __restrict__ gate, const uint4* __restrict__ up,
                                               uint4* __restrict__ out, int64_t n8) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n8;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const uint4 g = gate[i], u = up[i];
@@ -39,11 +41,11 @@ static void launch_silu_mul(const void* gate, int gdt, const void* up, int udt, 
                      ((reinterpret_cast<uintptr_t>(gate) | reinterpret_cast<uintptr_t>(up) |
                        reinterpret_cast<uintptr_t>(out)) & 15) == 0;
     if (vec)
-        silu_mul_bf16x8_kernel<<<grid_for(n / 8, 256), 256, 0, s>>>(static_cast<const uint4*>(gate),
-                                                                   static_cast<const uint4*>(up),
-                                                                   static_cast<uint4*>(out), n / 8);
+        launch_pdl(silu_mul_bf16x8_kernel, dim3(grid_for(n / 8, 256)), dim3(256), 0, s,
+                   static_cast<const uint4*>(gate), static_cast<const uint4*>(up), static_cast<uint4*>(out),
+                   n / 8);
     else
-        silu_mul_kernel<<<grid_for(n, 256), 256, 0, s>>>(gate, gdt, up, udt, out, odt, n);
+        launch_pdl(silu_mul_kernel, dim3(grid_for(n, 256)), dim3(256), 0, s, gate, gdt, up, udt, out, odt, n);
     check_launch("silu_mul");
 }
 

@@ -14,6 +14,7 @@ struct SplitArgs {
 
 // One thread per source element: reads are coalesced along the row, each write lands in its part's row.
 __global__ void split_cols_kernel(const void* src, int dt, int64_t C, int64_t total, SplitArgs a) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t r = i / C, c = i % C;
@@ -27,6 +28,7 @@ __global__ void split_cols_kernel(const void* src, int dt, int64_t C, int64_t to
 // Prompt-sized splits (a stacked projection's [T, N] output): 16-byte vectors, one row per blockIdx.y, so no
 // 64-bit division per element. Offsets and widths are in vectors.
 __global__ void split_cols_vec_kernel(const uint4* __restrict__ src, int64_t C, SplitArgs a) {
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     const int64_t r = blockIdx.y;
     for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < C;
          c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -67,12 +69,13 @@ void split_cols(const Tensor& src, const Tensor* outs, int n_outs, cudaStream_t 
         for (int p = 0; p <= n_outs; ++p) v.c0[p] = a.c0[p] / per;
         const int64_t Cv = C / per;
         const dim3 grid(static_cast<unsigned>((Cv + 255) / 256), static_cast<unsigned>(R));
-        split_cols_vec_kernel<<<grid, 256, 0, s>>>(static_cast<const uint4*>(src.data), Cv, v);
+        launch_pdl(split_cols_vec_kernel, dim3(grid), dim3(256), 0, s, static_cast<const uint4*>(src.data),
+                   Cv, v);
         check_launch("split_cols");
         return;
     }
-    split_cols_kernel<<<grid_for(R * C, 256), 256, 0, s>>>(src.data, dt_code(src.dtype, "split_cols", "src"), C,
-                                                           R * C, a);
+    launch_pdl(split_cols_kernel, dim3(grid_for(R * C, 256)), dim3(256), 0, s, src.data,
+               dt_code(src.dtype, "split_cols", "src"), C, R * C, a);
     check_launch("split_cols");
 }
 
