@@ -141,12 +141,14 @@ void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_
         occ_smem[a.M] = smem;
     }
     // One wave of resident blocks, but each with enough chunks to spread its fixed costs (ring fill, partial
-    // write and arrival); more rows make partials heavier, so fewer, longer ranges.
+    // write and arrival); more rows make partials heavier, so fewer, longer ranges, up to 16 chunks: at M = 16,
+    // 16 instead of 24 took q_gate 36 -> 32 us and the DeltaNet qkv 41-43 -> 30 us (down 46 -> 49; the other
+    // shapes equal; H200, docs/BENCHMARKS.md session 6), and at M <= 8 fewer chunks per block measured best.
     static const int env_steps = [] {
         const char* e = std::getenv("GRIMOIRE_QMM_MIN_STEPS");
         return e && std::atoi(e) > 0 ? std::atoi(e) : 0;
     }();
-    const int min_steps = env_steps > 0 ? env_steps : 8 + a.M;
+    const int min_steps = env_steps > 0 ? env_steps : std::min(8 + a.M, 16);
     int blocks = forced_blocks > 0 ? forced_blocks : occ_n[a.M] * qmm::device_sms();
     if (forced_blocks <= 0 && blocks > a.W / min_steps) blocks = a.W / min_steps;
     if (blocks < 1) blocks = 1;
