@@ -54,9 +54,11 @@ __device__ __forceinline__ void pdl_enter() {
 }
 // On for compute capability 9+ unless GRIMOIRE_PDL=0.
 bool pdl_enabled();
+// A launch with the programmatic-launch attribute when `pdl` (the kernel must then wait on the device before
+// reading its predecessor's results: pdl_enter(), or griddepcontrol.wait where it prefetches first).
 template <class... P, class... A>
-inline void launch_pdl(
-    void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+inline void launch_pdl_if(bool pdl, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                          A&&... args) {
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -66,8 +68,12 @@ inline void launch_pdl(
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = attr;
-    cfg.numAttrs = pdl_enabled() ? 1 : 0;
+    cfg.numAttrs = pdl ? 1 : 0;
     cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+template <class... P, class... A>
+inline void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+    launch_pdl_if(pdl_enabled(), kernel, grid, block, smem, s, std::forward<A>(args)...);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

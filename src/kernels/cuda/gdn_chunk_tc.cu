@@ -642,17 +642,9 @@ static void launch_scan(const GdnParams& p, const unsigned char* w, long long* t
                              cudaSharedmemCarveoutMaxShared);
         attrs = true;
     }
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(p.Hv), static_cast<unsigned>((p.dv + BV - 1) / BV));
-    cfg.blockDim = dim3(Cfg::kThreads);
-    cfg.dynamicSmemBytes = Cfg::Smem::kBytes;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl_on() ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, gdn_tc_scan_kernel<BV, kTrace>, p, w, trace);
+    launch_pdl_if(pdl_on(), gdn_tc_scan_kernel<BV, kTrace>,
+                  dim3(static_cast<unsigned>(p.Hv), static_cast<unsigned>((p.dv + BV - 1) / BV)),
+                  dim3(Cfg::kThreads), Cfg::Smem::kBytes, s, p, w, trace);
     check_launch("gated_delta_rule chunked (tensor cores) scan");
 }
 

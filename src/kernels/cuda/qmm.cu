@@ -57,17 +57,7 @@ __global__ void prep_x_kernel(const void* x, int xdt, const int32_t* perm, int M
 // `pdl`.
 template <class Kernel>
 void launch_ex(Kernel kernel, const qmm::Args& a, int blocks, int threads, size_t smem, bool pdl, cudaStream_t s) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-    cfg.blockDim = dim3(static_cast<unsigned>(threads));
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    cudaLaunchKernelEx(&cfg, kernel, a);
+    launch_pdl_if(pdl, kernel, dim3(static_cast<unsigned>(blocks)), dim3(static_cast<unsigned>(threads)), smem, s, a);
 }
 
 // Which weights take the Hopper kernel (quant_mma_tma.cuh) on sm_90. Measured on the H200 (docs/BENCHMARKS.md,
