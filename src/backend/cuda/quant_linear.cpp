@@ -5,6 +5,7 @@
 //   M > 16   dequantize to a shared BF16 workspace, then the cuBLAS GEMM (prefill: compute-bound there).
 // With --random-weights the packed words and scales are filled on the device instead (the reader skips the
 // host decode and passes an Int4Host / Fp8Host without data).
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <vector>
@@ -68,11 +69,7 @@ class CudaQuantLinear : public Linear {
         // The F32 reference mode takes the dequant + fp32 GEMM path at every M (the tensor-core kernel rounds
         // activations to BF16), so it matches the CPU oracle up to summation order.
         if (M <= cuda::kQmmMaxM && wdt_ == DType::BF16 && qmm_ok_) {
-            cuda::QmmWorkspace ws;
-            ws.partials = static_cast<float*>(cb.quant_ws(CudaBackend::QuantWs::PARTIALS));
-            ws.partial_bytes = cb.quant_ws_bytes(CudaBackend::QuantWs::PARTIALS);
-            ws.counters = static_cast<int*>(cb.quant_ws(CudaBackend::QuantWs::COUNTERS));
-            ws.n_counters = static_cast<int>(cb.quant_ws_bytes(CudaBackend::QuantWs::COUNTERS) / sizeof(int));
+            const cuda::QmmWorkspace ws = workspace(cb);
             Tensor xv = x, yv = y;
             cb.record(cuda::KeyHasher().add(kOpQmm).add(xv).add(yv).add(id()).h,
                       [this, xv, yv, ws](cudaStream_t s) mutable { run_small(xv, yv, ws, s); });
@@ -90,6 +87,33 @@ class CudaQuantLinear : public Linear {
     // CudaBackend::matmul_split runs cuBLAS over the dequantized matrix (one GEMM + split, or one per row range).
     void forward_split(Backend& be, const Tensor& x, std::span<Tensor> ys) const override {
         CudaBackend& cb = cuda_of(be);
+        if (x.rows() <= cuda::kQmmMaxM && wdt_ == DType::BF16 && qmm_ok_ && !bias_.data &&
+            ys.size() <= static_cast<size_t>(cuda::kQmmMaxParts) && parts_enabled()) {
+            // The kernel writes each column straight into its part: no [M, N] copy and no split launch (a
+            // verify step had one per stacked group).
+            cuda::QmmParts parts;
+            parts.n = static_cast<int>(ys.size());
+            int64_t c0 = 0;
+            for (size_t i = 0; i < ys.size(); ++i) {
+                GRIMOIRE_CHECK(ys[i].rows() == x.rows() && ys[i].dtype == cb.act_dtype(),
+                               "quantized forward_split: parts must be [M, w] of the activation dtype");
+                parts.col[i] = static_cast<int>(c0);
+                parts.data[i] = ys[i].data;
+                c0 += ys[i].cols();
+            }
+            parts.col[ys.size()] = static_cast<int>(c0);
+            GRIMOIRE_CHECK(c0 == N_, "quantized forward_split: parts do not cover the weight");
+            const cuda::QmmWorkspace ws = workspace(cb);
+            const Tensor xv = x;
+            Tensor yv(nullptr, cb.act_dtype(), Device::CUDA, {x.rows(), N_});  // shape and dtype only
+            cuda::KeyHasher key;
+            key.add(kOpQmm).add(xv).add(id());
+            for (const Tensor& p : ys) key.add(p);
+            cb.record(key.h, [this, xv, yv, ws, parts](cudaStream_t s) mutable {
+                run_small(xv, yv, ws, s, &parts);
+            });
+            return;
+        }
         if (x.rows() <= cuda::kQmmMaxM && wdt_ == DType::BF16 && qmm_ok_) {
             if (ys.size() > static_cast<size_t>(cuda::kMaxSplitCols)) return Linear::forward_split(be, x, ys);
             Tensor y = cb.scratch(cb.act_dtype(), {x.rows(), N_});  // [M, N] act
@@ -124,8 +148,30 @@ class CudaQuantLinear : public Linear {
     }
 
   protected:
+    // GRIMOIRE_QMM_PARTS=0: stacked groups at M <= 16 write [M, N] and split it with split_cols (a benchmark
+    // variant; the default writes the parts from the kernel).
+    static bool parts_enabled() {
+        static const bool on = [] {
+            const char* e = std::getenv("GRIMOIRE_QMM_PARTS");
+            return !(e && e[0] == '0');
+        }();
+        return on;
+    }
+    static cuda::QmmWorkspace workspace(const CudaBackend& cb) {
+        cuda::QmmWorkspace ws;
+        ws.partials = static_cast<float*>(cb.quant_ws(CudaBackend::QuantWs::PARTIALS));
+        ws.partial_bytes = cb.quant_ws_bytes(CudaBackend::QuantWs::PARTIALS);
+        ws.counters = static_cast<int*>(cb.quant_ws(CudaBackend::QuantWs::COUNTERS));
+        ws.n_counters = static_cast<int>(cb.quant_ws_bytes(CudaBackend::QuantWs::COUNTERS) / sizeof(int));
+        return ws;
+    }
     virtual const void* id() const = 0;
-    virtual void run_small(const Tensor& x, Tensor& y, const cuda::QmmWorkspace& ws, cudaStream_t s) const = 0;
+    // y [M, N]; with `parts`, y is shape-only and the result goes to the parts (cuda::QmmParts).
+    virtual void run_small(const Tensor& x,
+                           Tensor& y,
+                           const cuda::QmmWorkspace& ws,
+                           cudaStream_t s,
+                           const cuda::QmmParts* parts = nullptr) const = 0;
     virtual void run_dequant(void* out, DType dt, cudaStream_t s) const = 0;
     int64_t N_, K_;
     DType wdt_;  // dequant workspace dtype: the activations' (BF16, or F32 in the reference mode)
@@ -182,8 +228,12 @@ class CudaInt4Linear final : public CudaQuantLinear {
 
   private:
     const void* id() const override { return d_.words; }
-    void run_small(const Tensor& x, Tensor& y, const cuda::QmmWorkspace& ws, cudaStream_t s) const override {
-        cuda::qmm_int4(d_, x, y, ws, s);
+    void run_small(const Tensor& x,
+                   Tensor& y,
+                   const cuda::QmmWorkspace& ws,
+                   cudaStream_t s,
+                   const cuda::QmmParts* parts) const override {
+        cuda::qmm_int4(d_, x, y, ws, s, 0, parts);
     }
     void run_dequant(void* out, DType dt, cudaStream_t s) const override { cuda::dequant_int4(d_, out, dt, s); }
     cuda::Int4Dev d_;
@@ -227,8 +277,12 @@ class CudaFp8Linear final : public CudaQuantLinear {
 
   private:
     const void* id() const override { return d_.words; }
-    void run_small(const Tensor& x, Tensor& y, const cuda::QmmWorkspace& ws, cudaStream_t s) const override {
-        cuda::qmm_fp8(d_, x, y, ws, s);
+    void run_small(const Tensor& x,
+                   Tensor& y,
+                   const cuda::QmmWorkspace& ws,
+                   cudaStream_t s,
+                   const cuda::QmmParts* parts) const override {
+        cuda::qmm_fp8(d_, x, y, ws, s, 0, parts);
     }
     void run_dequant(void* out, DType dt, cudaStream_t s) const override { cuda::dequant_fp8(d_, out, dt, s); }
     cuda::Fp8Dev d_;

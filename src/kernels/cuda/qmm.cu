@@ -174,8 +174,19 @@ void launch_gk(qmm::Args& a, const QmmWorkspace& ws, int forced, cudaStream_t s)
 
 // Shared by qmm_int4 / qmm_fp8: validates x / y, the group size and the workspace, fills the common arguments
 // (x converted / gathered into the workspace when it is not BF16 in channel order with 16-byte rows).
-bool qmm_prepare(const char* op, int64_t N, int64_t K, int64_t NT, int64_t KC, int64_t G, int64_t gs,
-                 const int32_t* perm, const Tensor& x, Tensor& y, const QmmWorkspace& ws, cudaStream_t s,
+bool qmm_prepare(const char* op,
+                 int64_t N,
+                 int64_t K,
+                 int64_t NT,
+                 int64_t KC,
+                 int64_t G,
+                 int64_t gs,
+                 const int32_t* perm,
+                 const Tensor& x,
+                 Tensor& y,
+                 const QmmWorkspace& ws,
+                 cudaStream_t s,
+                 const QmmParts* parts,
                  qmm::Args& a) {
     const int64_t M = x.rows();
     if (x.cols() != K || y.rows() != M || y.cols() != N)
@@ -210,6 +221,15 @@ bool qmm_prepare(const char* op, int64_t N, int64_t K, int64_t NT, int64_t KC, i
         return e && e[0] == '1' ? 1 : 0;
     }();
     a.early = early;
+    if (parts && parts->n > 0) {
+        if (parts->n > kQmmMaxParts || parts->col[0] != 0 || parts->col[parts->n] != N)
+            throw Error(std::string("cuda ") + op + ": the parts do not cover the output's " +
+                        std::to_string(N) + " columns");
+        for (int i = 0; i < parts->n; ++i)
+            if (parts->col[i + 1] <= parts->col[i] || !parts->data[i])
+                throw Error(std::string("cuda ") + op + ": part " + std::to_string(i) + " is empty");
+        a.parts = *parts;
+    }
 #ifdef GRIMOIRE_QMM_TRACE
     static int launches = 0;
     a.tslot = launches++ & 1;
@@ -229,9 +249,16 @@ bool qmm_prepare(const char* op, int64_t N, int64_t K, int64_t NT, int64_t KC, i
     return true;
 }
 
-void qmm_int4(const Int4Dev& w, const Tensor& x, Tensor& y, const QmmWorkspace& ws, cudaStream_t s, int forced) {
+void qmm_int4(const Int4Dev& w,
+              const Tensor& x,
+              Tensor& y,
+              const QmmWorkspace& ws,
+              cudaStream_t s,
+              int forced,
+              const QmmParts* parts) {
     qmm::Args a{};
-    if (!qmm_prepare("qmm_int4", w.N, w.K, w.NT, w.KC, w.G, w.group_size, w.perm, x, y, ws, s, a)) return;
+    if (!qmm_prepare("qmm_int4", w.N, w.K, w.NT, w.KC, w.G, w.group_size, w.perm, x, y, ws, s, parts, a))
+        return;
     a.words = w.words, a.scales = w.scales, a.zeros = w.zeros;
     a.NP = static_cast<int>(w.NT * 16);
     a.sdt = dt_code(w.scale_dtype, "qmm_int4", "scales");
@@ -240,9 +267,15 @@ void qmm_int4(const Int4Dev& w, const Tensor& x, Tensor& y, const QmmWorkspace& 
     check_launch("qmm_int4");
 }
 
-void qmm_fp8(const Fp8Dev& w, const Tensor& x, Tensor& y, const QmmWorkspace& ws, cudaStream_t s, int forced) {
+void qmm_fp8(const Fp8Dev& w,
+             const Tensor& x,
+             Tensor& y,
+             const QmmWorkspace& ws,
+             cudaStream_t s,
+             int forced,
+             const QmmParts* parts) {
     qmm::Args a{};
-    if (!qmm_prepare("qmm_fp8", w.N, w.K, w.NT, w.KC, w.SG, w.bk, nullptr, x, y, ws, s, a)) return;
+    if (!qmm_prepare("qmm_fp8", w.N, w.K, w.NT, w.KC, w.SG, w.bk, nullptr, x, y, ws, s, parts, a)) return;
     a.words = w.words, a.scales = w.scales, a.zeros = nullptr;
     a.bn = static_cast<int>(w.bn), a.SG = static_cast<int>(w.SG);
     a.sdt = kF32, a.ssz = 4;

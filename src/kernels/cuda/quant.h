@@ -49,10 +49,32 @@ void qmm_workspace_need(int64_t N, int64_t K, size_t* partial_bytes, int* n_coun
 // sizes run every M through dequant_* and a GEMM.
 bool qmm_supported(int64_t group_size, int64_t G);
 
+// The output of a stacked group written straight into its parts: columns [col[i], col[i + 1]) of y go to
+// data[i], a contiguous [M, col[i + 1] - col[i]] tensor of y's dtype (no split_cols launch after the GEMM).
+constexpr int kQmmMaxParts = 8;
+struct QmmParts {
+    int n = 0;
+    int col[kQmmMaxParts + 1] = {};
+    void* data[kQmmMaxParts] = {};
+};
+
 // x [M, K] BF16 or F32; y [M, N] BF16 or F32. `blocks` > 0 forces the grid size (tests use it to exercise
-// column blocks split between many grid blocks), else one full wave of resident blocks.
-void qmm_int4(const Int4Dev& w, const Tensor& x, Tensor& y, const QmmWorkspace& ws, cudaStream_t s, int blocks = 0);
-void qmm_fp8(const Fp8Dev& w, const Tensor& x, Tensor& y, const QmmWorkspace& ws, cudaStream_t s, int blocks = 0);
+// column blocks split between many grid blocks), else one full wave of resident blocks. With `parts`, y gives
+// only the shape and dtype (its data may be null) and the result goes to the parts.
+void qmm_int4(const Int4Dev& w,
+              const Tensor& x,
+              Tensor& y,
+              const QmmWorkspace& ws,
+              cudaStream_t s,
+              int blocks = 0,
+              const QmmParts* parts = nullptr);
+void qmm_fp8(const Fp8Dev& w,
+             const Tensor& x,
+             Tensor& y,
+             const QmmWorkspace& ws,
+             cudaStream_t s,
+             int blocks = 0,
+             const QmmParts* parts = nullptr);
 
 // out [N, K] BF16 or F32 = the dequantized weight in the checkpoint's channel order.
 void dequant_int4(const Int4Dev& w, void* out, DType out_dtype, cudaStream_t s);

@@ -112,6 +112,7 @@ struct Args {
     int xoff, soff, zoff, stage;  // byte offsets in one ring stage, and its size
     int nstage;                   // TMA kernel (quant_mma_tma.cuh): ring stages
     int early;  // let the next grid launch at this one's start (see pdl_enter in common.cuh)
+    QmmParts parts;  // n > 0: the columns go to these tensors instead of y (store_y)
 #ifdef GRIMOIRE_QMM_TRACE
     int tslot;  // trace slot (launch parity)
 #endif
@@ -249,6 +250,18 @@ __device__ __forceinline__ void zero_acc(float (&acc)[NTW][MT][4], float (&cur)[
             for (int e = 0; e < 4; ++e) acc[j][m][e] = cur[j][m][e] = 0.0f;
 }
 
+// y[tok][n], or its place in the part holding column n when the output is a stacked group's parts.
+__device__ __forceinline__ void store_y(const Args& a, int tok, int n, float v) {
+    if (a.parts.n == 0) {
+        st(a.y, a.ydt, static_cast<int64_t>(tok) * a.N + n, v);
+        return;
+    }
+    int p = 0;
+    while (p + 1 < a.parts.n && n >= a.parts.col[p + 1]) ++p;
+    const int c0 = a.parts.col[p], w = a.parts.col[p + 1] - c0;
+    st(a.parts.data[p], a.ydt, static_cast<int64_t>(tok) * w + (n - c0), v);
+}
+
 // This warp's accumulators (n-tiles ntl.. of column block nb): y directly when the grid block did the whole
 // column block, else the grid block's partial slot `pslot` (0: its range's first segment, 1: its last).
 template <int CB, int NTW, int MT>
@@ -267,7 +280,8 @@ __device__ __forceinline__ void store_acc(const Args& a, const float (&acc)[NTW]
                 const int n = nb * CB + nl;
                 const int tok = m * 8 + 2 * t + (e & 1);
                 if (n >= a.N || tok >= a.M) continue;
-                if (whole) st(a.y, a.ydt, static_cast<int64_t>(tok) * a.N + n, acc[j][m][e]);
+                if (whole)
+                    store_y(a, tok, n, acc[j][m][e]);
                 else part[tok * CB + nl] = acc[j][m][e];
             }
     }
@@ -322,7 +336,7 @@ __device__ __forceinline__ void finish_split(const Args& a, int nb, int& last_bl
         const float sv[4] = {sum.x, sum.y, sum.z, sum.w};
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-            if (n0 + nl + e < a.N) st(a.y, a.ydt, static_cast<int64_t>(tok) * a.N + n0 + nl + e, sv[e]);
+            if (n0 + nl + e < a.N) store_y(a, tok, n0 + nl + e, sv[e]);
     }
     if (tid == 0) a.counters[nb] = 0;
 }
