@@ -23,14 +23,21 @@ void check_launch(const char* op) {
         throw Error(std::string("CUDA kernel launch failed in ") + op + ": " + cudaGetErrorString(e));
 }
 
+bool device_is_hopper() {
+    static const bool on = [] {
+        int dev = 0, major = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        return major >= 9;
+    }();
+    return on;
+}
+
 // Declared in kernels/cuda/common.cuh: whether launch_pdl sets the programmatic-launch attribute.
 bool pdl_enabled() {
     static const bool on = [] {
         const char* e = std::getenv("GRIMOIRE_PDL");
-        int dev = 0, major = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-        return major >= 9 && !(e && e[0] == '0');
+        return device_is_hopper() && !(e && e[0] == '0');
     }();
     return on;
 }

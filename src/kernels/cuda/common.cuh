@@ -52,6 +52,9 @@ __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
+// The current device is compute capability 9 or later (cached at the first call;
+// src/backend/cuda/cuda_util.cpp).
+bool device_is_hopper();
 // On for compute capability 9+ unless GRIMOIRE_PDL=0.
 bool pdl_enabled();
 // A launch with the programmatic-launch attribute when `pdl` (the kernel must then wait on the device before

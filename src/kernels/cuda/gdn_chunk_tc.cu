@@ -607,12 +607,7 @@ static int env_int(const char* name, int dflt) {
 // Programmatic dependent launch of the scan on Hopper (GRIMOIRE_GDN_PDL=0 turns it off): it launches while the
 // prep's last blocks run instead of after the grid drains, and loads its state, k and v before it waits.
 static bool pdl_on() {
-    static const bool on = [] {
-        int dev = 0, major = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-        return major >= 9 && env_int("GRIMOIRE_GDN_PDL", 1) != 0;
-    }();
+    static const bool on = device_is_hopper() && env_int("GRIMOIRE_GDN_PDL", 1) != 0;
     return on;
 }
 

@@ -68,10 +68,7 @@ void launch_ex(Kernel kernel, const qmm::Args& a, int blocks, int threads, size_
 bool use_tma(bool fp8) {
     static const int mode = [] {  // 0 never, 1 FP8, 2 every format
         const char* e = std::getenv("GRIMOIRE_QMM_TMA");
-        int dev = 0, major = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-        if (major < 9 || (e && std::string(e) == "0")) return 0;
+        if (!device_is_hopper() || (e && std::string(e) == "0")) return 0;
         return e && std::string(e) == "all" ? 2 : 1;
     }();
     return mode == 2 || (mode == 1 && fp8);
@@ -150,10 +147,7 @@ void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_
     // prefetch and the launch itself overlap the previous kernel's tail.
     static const bool pdl = [] {
         const char* e = std::getenv("GRIMOIRE_QMM_PDL");
-        int dev = 0, major = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-        return major >= 9 && !(e && std::atoi(e) == 0);
+        return device_is_hopper() && !(e && std::atoi(e) == 0);
     }();
     launch_ex(kernel, a, blocks, qmm::kThreads, smem, pdl, s);
 #else
