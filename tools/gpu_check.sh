@@ -49,14 +49,15 @@ for t in $(cd tests/gpu && ls test_*.cpp | sed 's/\.cpp$//'); do
     timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/$t.xml" || status=1
     echo "$t: $((SECONDS - start)) s"
 done
-# The quantized tests again with each M <= 16 kernel forced (by default FP8 takes the Hopper kernel on sm_90
-# and INT4 the cp.async one, so each run above covers one kernel per format).
+# The quantized tests again with each M <= 16 kernel forced: by default M = 1..4 take the one-to-four-row kernel
+# (quant_qmv.cuh), larger M FP8 the Hopper kernel on sm_90 and INT4 the cp.async one. GRIMOIRE_QMV=0 sends M = 1..4
+# to the M <= 16 kernels too, and GRIMOIRE_QMM_TMA picks between those.
 for mode in 0 all; do
     exe="$BUILD/tests/test_cuda_quant"
     [ -x "$exe" ] || continue
-    GRIMOIRE_QMM_TMA=$mode timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" \
+    GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=$mode timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" \
         --gtest_output="xml:$OUT/test_cuda_quant_tma_$mode.xml" || status=1
-    echo "test_cuda_quant with GRIMOIRE_QMM_TMA=$mode done"
+    echo "test_cuda_quant with GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=$mode done"
 done
 # The decode-step kernels launch with programmatic dependent launch on Hopper: also check them launched plainly.
 for t in test_cuda_decode_ops test_cuda_model; do

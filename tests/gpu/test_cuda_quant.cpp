@@ -134,13 +134,22 @@ TEST_P(CudaInt4, MatchesOracleForEveryRowCount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Shapes, CudaInt4,
-    ::testing::Values(Int4Case{16, 64, 64, false, true, 0}, Int4Case{17, 200, 32, false, false, 0},
-                      Int4Case{1000, 384, 128, true, true, 1}, Int4Case{63, 1000, 0, false, false, 2},
-                      Int4Case{65, 640, 64, true, false, 0}, Int4Case{3, 96, 32, true, true, 2},
-                      Int4Case{1030, 2048, 128, false, true, 0}, Int4Case{300, 4160, 128, false, false, 1},
-                      Int4Case{100, 320, 16, false, false, 1}, Int4Case{33, 1003, 0, false, true, 0},
-                      Int4Case{70, 1280, 256, true, false, 0}));
+    Shapes,
+    CudaInt4,
+    ::testing::Values(Int4Case{16, 64, 64, false, true, 0},
+                      Int4Case{17, 200, 32, false, false, 0},
+                      Int4Case{1000, 384, 128, true, true, 1},
+                      Int4Case{63, 1000, 0, false, false, 2},
+                      Int4Case{65, 640, 64, true, false, 0},
+                      Int4Case{3, 96, 32, true, true, 2},
+                      Int4Case{1030, 2048, 128, false, true, 0},
+                      Int4Case{300, 4160, 128, false, false, 1},
+                      Int4Case{100, 320, 16, false, false, 1},
+                      Int4Case{33, 1003, 0, false, true, 0},
+                      Int4Case{70, 1280, 256, true, false, 0},
+                      // >= 8 x 132 n-tiles: the one-to-four-row kernel's two-n-tile blocks (quant_qmv.cuh)
+                      Int4Case{16900, 200, 64, false, false, 0},
+                      Int4Case{17001, 640, 128, true, true, 2}));
 
 // Groups the qmm kernel does not take (not 16, 32 or a multiple of 64 channels) run every M through the
 // dequant + GEMM path: BF16-rounded weights, so the prefill tolerance applies to every M.
@@ -178,9 +187,14 @@ TEST_P(CudaFp8, MatchesOracleForEveryRowCount) {
     for (int64_t M : {17, 64}) check_linear(gpu, *lin, w, M, 3e-3, rng, what + " prefill");
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaFp8,
-                         ::testing::Values(Fp8Case{16, 64, true}, Fp8Case{300, 260, true}, Fp8Case{17, 1000, false},
-                                           Fp8Case{1030, 2048, true}, Fp8Case{129, 4160, false}));
+INSTANTIATE_TEST_SUITE_P(Shapes,
+                         CudaFp8,
+                         ::testing::Values(Fp8Case{16, 64, true},
+                                           Fp8Case{300, 260, true},
+                                           Fp8Case{17, 1000, false},
+                                           Fp8Case{1030, 2048, true},
+                                           Fp8Case{129, 4160, false},
+                                           Fp8Case{17001, 300, true}));
 
 // Every fixture layer written by tools/quantize.py: the CUDA linear holds exactly the CPU's weight.
 TEST(CudaQuantFixtures, DeviceWeightsEqualCpuWeights) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cuda/quant_mma_tma.cuh"
+#include "kernels/cuda/quant_qmv.cuh"
 
 namespace grimoire::cuda {
 
@@ -102,8 +103,68 @@ void launch_tma(qmm::Args& a, int forced_blocks, cudaStream_t s) {
     launch_ex(kernel, a, blocks, qmm::kTmaThreads, smem, true, s);
 }
 
+// Which formats may take the one-to-four-row kernel (quant_qmv.cuh; whole-chunk scale groups only).
+// GRIMOIRE_QMV=0: none (the M = 1..16 kernels take every M), =int4 / =fp8: that format only.
+bool use_qmv(bool fp8) {
+    static const int mode = [] {  // bit 0: INT4, bit 1: FP8
+        const char* e = std::getenv("GRIMOIRE_QMV");
+        if (!e) return 3;
+        const std::string v(e);
+        return v == "0" ? 0 : v == "int4" ? 1 : v == "fp8" ? 2 : 3;
+    }();
+    return (mode >> (fp8 ? 1 : 0)) & 1;
+}
+
+template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI>
+void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
+    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI>;
+    static const bool attr_set = [&] {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+        return true;
+    }();
+    (void)attr_set;
+    const int blocks = (a.NT + NTB - 1) / NTB;
+    launch_ex(kernel, a, blocks, qmm::kQmvThreads, qmm::qmv_smem(a), device_is_hopper(), s);
+}
+
+template <bool FP8, bool ASYM, int SSZ>
+void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
+    const bool wide = a.NT >= 8 * qmm::device_sms();
+    if (a.M == 1)
+        return wide ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, false>(a, s)
+                    : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
+    wide ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
+         : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
+}
+
+// Whether one launch takes the one-to-four-row kernel. Measured on the H200 against the M = 1..16 kernels at
+// the six 27B shapes (docs/BENCHMARKS.md, session 7): one row is faster on every shape and format but the
+// INT4 lm_head (about equal); 2..4 rows (x read through L1) are faster for INT4 up to gate_up's width and for
+// FP8 on the 5120-channel projections narrower than gate_up, slower on the lm_head-sized INT4 weights and on
+// FP8 gate_up, down and lm_head, where the cp.async / Hopper kernels keep them.
+bool qmv_takes(const qmm::Args& a, bool fp8) {
+    if (a.M == 1) return true;
+    if (a.M > qmm::kQmvMaxM) return false;
+    const int sms = qmm::device_sms();
+    return fp8 ? a.NT < 8 * sms && a.K <= 8192 : a.NT < 32 * sms;
+}
+
+// One block per NTB n-tiles over all of K: NTB = 2 when that still gives eight blocks per SM, else 1.
+template <bool FP8, bool ASYM>
+void launch_qmv(qmm::Args& a, cudaStream_t s) {
+    if constexpr (FP8)
+        launch_qmv_ssz<FP8, ASYM, 4>(a, s);
+    else
+        a.ssz == 4 ? launch_qmv_ssz<FP8, ASYM, 4>(a, s) : launch_qmv_ssz<FP8, ASYM, 2>(a, s);
+}
+
 template <bool FP8, int MT, bool ASYM, int GK>
 void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_t s) {
+    if constexpr (MT == 1 && GK == 0) {
+        // K up to 100k channels fits the shared x; forced grids are the tests of the split reduction.
+        if (forced_blocks <= 0 && use_qmv(FP8) && qmv_takes(a, FP8) && qmm::qmv_smem(a) <= 200 * 1024)
+            return launch_qmv<FP8, ASYM>(a, s);
+    }
     // The kernel body exists only in sm_90 code: a binary built without it keeps the cp.async kernel.
     static const bool tma_built = [] {
         cudaFuncAttributes fa{};

@@ -1,0 +1,217 @@
+// The quantized-weight x activations kernel for one to four rows (single-user decode, the 2..4-token verify
+// of speculative decoding), instantiated by qmm.cu for weights whose scale groups are whole 64-channel chunks
+// (GK = 0 in quant_mma.cuh's terms).
+//
+// Why a separate kernel: the M = 1..16 kernels (quant_mma.cuh, quant_mma_tma.cuh) pay, per launch, for a
+// shared-memory pipeline (x and scale copies per warp and chunk, ring bookkeeping) and for a stream-K
+// reduction across grid blocks (partials, fence, atomic arrival, the last block summing the parts). Measured
+// on the H200 (docs/BENCHMARKS.md, session 7): with the weight loads, the dequant and the mma all removed,
+// the cp.async kernel still took 18 us on gate_up and 11.7 us on o_proj at M = 1; the copy limit for their
+// weights is 21 us and 3.7 us. This kernel keeps only what a few rows need:
+//   * A block owns NTB n-tiles (16 output features each) over all of K; its 8 warps each take a contiguous
+//     eighth of the 64-channel chunks, and the block sums the 8 partials through shared memory in warp order
+//     (deterministic, no workspace, no counters, no cross-block arrival). The hardware block scheduler
+//     balances the thousands of small blocks over the SMs.
+//   * Weights go straight from HBM to registers (16 bytes per lane per tile and chunk, the tile layout of
+//     quant/tile_layout.h), DEPTH chunks in flight per warp, issued before the programmatic-launch wait so
+//     they overlap the previous kernel's tail. The group's scales ride with its last chunk's weights as raw
+//     bits. The per-chunk integer work is a few pointer adds (ncu on the first version: address and
+//     group-index arithmetic doubled the instruction count per weight word and the kernel was issue-bound).
+//   * One row: x is copied once per warp, only its channel range, into shared memory, and the B fragment of
+//     every k-tile holds that x in all 8 columns, so every lane's accumulator holds the result for its rows g
+//     and g + 8. Two to four rows (MULTI): token r in column r, read straight from x through L1.
+//   * The dequant is quant_mma.cuh's a_fragment (INT4: exact q - z in BF16; FP8: exact), the group scale is
+//     applied in fp32 to each group's mma sum, as in the other kernels.
+#pragma once
+
+#include "kernels/cuda/quant_mma.cuh"
+
+namespace grimoire::cuda::qmm {
+
+constexpr int kQmvWarps = 8;
+constexpr int kQmvThreads = 32 * kQmvWarps;
+// DEPTH: chunks of INT4 weights in flight per warp (16 B per lane and n-tile each); FP8 chunks are twice the
+// bytes, so it keeps half as many.
+
+// Dynamic shared memory: x for every chunk of the row (BF16, K rounded up to 64).
+// Dynamic shared memory: x for every chunk of the one row (BF16, K rounded up to 64); none for 2..4 rows.
+constexpr int kQmvMaxM = 4;
+inline size_t qmv_smem(const Args& a) {
+    return a.M == 1 ? static_cast<size_t>(a.KC) * 64 * 2 : 0;
+}
+
+template <bool FP8, bool ASYM, int SSZ, int NTB, int DEPTH, int MINB, bool MULTI>
+__global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
+    constexpr int VEC = vec(FP8);
+    constexpr int DI = MULTI && NTB == 2 ? DEPTH - 1 : DEPTH;  // 2..8 rows: two more accumulators per n-tile
+    constexpr int D = FP8 ? (DI + 1) / 2 : DI;
+    extern __shared__ __align__(16) uint4 smem_u4[];
+    constexpr int RT = MULTI ? 8 : 1;  // token rows kept per warp for the block's sum
+    __shared__ float red[kQmvWarps][RT][NTB * 16];
+
+    const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int KC = a.KC;
+    const int c0 = warp * KC / kQmvWarps, c1 = (warp + 1) * KC / kQmvWarps;  // this warp's chunks
+    const int cpg = a.G <= 1 ? KC : max(1, a.gs / 64);                       // chunks per scale group
+    const uint4* wb = reinterpret_cast<const uint4*>(a.words);
+    // Load cursor: the next chunk lc to load (its group lgrp, lrem chunks left in it) and the lane's weight
+    // pointer per n-tile, which moves by one chunk row of tiles per load (quant/tile_layout.h: chunk-major).
+    // Scale and zero offsets of the lane's rows are fixed; only the group row changes. Integer work per chunk
+    // is kept to a few adds: it competes with the dequant for issue slots.
+    const uint4* wp[NTB];
+    int so_lo[NTB], so_hi[NTB];  // element offsets of rows g / g + 8 within a group's scale (zero) row
+#pragma unroll
+    for (int j = 0; j < NTB; ++j) {
+        const int nt = min(static_cast<int>(blockIdx.x) * NTB + j, a.NT - 1);
+        wp[j] = wb + (tile_index(nt, c0, a.NT, KC) * 32 + lane) * VEC;
+        const int rlo = min(nt * 16 + g, a.N - 1),
+                  rhi = min(nt * 16 + g + 8, a.N - 1);  // past N: never stored
+        so_lo[j] = FP8 ? rlo / a.bn * a.SG : rlo;
+        so_hi[j] = FP8 ? rhi / a.bn * a.SG : rhi;
+    }
+    const int64_t wstride = static_cast<int64_t>(a.NT) * 32 * VEC;  // uint4 per chunk row
+    const int gstride = FP8 ? 1 : a.NP;                             // scale elements per group step
+    int lc = c0, lgrp = c0 / cpg, lrem = cpg - c0 % cpg;
+
+    // In flight per slot: the chunk's weights and the raw scale (and zero point) bits of rows g / g + 8.
+    uint4 wq[D][NTB][VEC];
+    uint32_t slo[D][NTB], shi[D][NTB], zr[D][NTB];
+    // The scales are read only with the chunk that ends the group (or the warp's range), whose slot the flush
+    // uses; zero points with every chunk (the dequant needs them).
+    using ST = std::conditional_t<SSZ == 4, unsigned, unsigned short>;
+    const ST* sbase = static_cast<const ST*>(a.scales);
+    auto load = [&](int s) {
+        if (lc >= c1) return;
+        const int gb = lgrp * gstride;
+        const bool last = lrem == 1 || lc + 1 == c1;
+#pragma unroll
+        for (int j = 0; j < NTB; ++j) {
+#pragma unroll
+            for (int u = 0; u < VEC; ++u) wq[s][j][u] = ld_stream(wp[j] + u);
+            wp[j] += wstride;
+            if (last) slo[s][j] = __ldg(sbase + gb + so_lo[j]), shi[s][j] = __ldg(sbase + gb + so_hi[j]);
+            if constexpr (ASYM)
+                zr[s][j] = __ldg(a.zeros + gb + so_lo[j]) | (__ldg(a.zeros + gb + so_hi[j]) << 8);
+        }
+        ++lc;
+        if (--lrem == 0) lrem = cpg, ++lgrp;
+    };
+#pragma unroll
+    for (int s = 0; s < D; ++s) load(s);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // x comes from the previous kernel
+#endif
+
+    // One row: this warp's x chunks into shared memory (zeros past the 8-padded row), 16 bytes per piece.
+    // Rows 2..4 read their B fragments straight from x: every block reads the same few KB (L1 / L2 hits).
+    // Staging them like the one row measured slower (H200, docs/BENCHMARKS.md session 7).
+    if constexpr (!MULTI) {
+        for (int p = c0 * 8 + lane; p < c1 * 8; p += 32) {
+            uint4 v = make_uint4(0u, 0u, 0u, 0u);
+            if (p * 8 < a.ldx) v = *reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(p) * 8);
+            smem_u4[p] = v;
+        }
+        __syncwarp();
+    }
+    const char* xs = reinterpret_cast<const char*>(smem_u4);
+    const bool row_ok = g < a.M;  // MULTI: the lane's B column (token g)
+    const unsigned* xrow =
+        reinterpret_cast<const unsigned*>(a.x + static_cast<int64_t>(row_ok ? g : 0) * a.ldx);
+
+    auto to_f = [&](uint32_t bits) {
+        if constexpr (SSZ == 4)
+            return __uint_as_float(bits);
+        else {
+            if (a.sdt == kF16) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+            return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
+        }
+    };
+
+    constexpr int NA = MULTI ? 4 : 2;  // one row: columns 2t and 2t + 1 of C are equal, keep c0 / c2
+    float acc[NTB][NA], cur[NTB][4];
+#pragma unroll
+    for (int j = 0; j < NTB; ++j) {
+#pragma unroll
+        for (int e = 0; e < NA; ++e) acc[j][e] = 0.0f;
+        cur[j][0] = cur[j][1] = cur[j][2] = cur[j][3] = 0.0f;
+    }
+    int rem = cpg - c0 % cpg;  // chunks left in the current scale group
+    for (int cb = c0; cb < c1; cb += D) {
+#pragma unroll
+        for (int s = 0; s < D; ++s) {
+            const int c = cb + s;
+            if (c >= c1) break;
+            uint32_t b0[4], b1[4];
+#pragma unroll
+            for (int kt = 0; kt < 4; ++kt) {
+                const int k = c * 64 + kt * 16 + 2 * t;  // even, and ldx is a multiple of 8
+                if constexpr (MULTI) {
+                    b0[kt] = row_ok && k < a.ldx ? __ldg(xrow + k / 2) : 0u;
+                    b1[kt] = row_ok && k + 8 < a.ldx ? __ldg(xrow + k / 2 + 4) : 0u;
+                } else {
+                    b0[kt] = *reinterpret_cast<const uint32_t*>(xs + k * 2);
+                    b1[kt] = *reinterpret_cast<const uint32_t*>(xs + k * 2 + 16);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < NTB; ++j) {
+                uint32_t zx = 0x43084308u, zy = 0x43084308u;  // BF16x2 of 128 + z (symmetric: z = 8)
+                if constexpr (ASYM) {
+                    zx = (0x4300u + (zr[s][j] & 0xFFu)) * 0x10001u;
+                    zy = (0x4300u + (zr[s][j] >> 8)) * 0x10001u;
+                }
+#pragma unroll
+                for (int kt = 0; kt < 4; ++kt) {
+                    uint32_t a0, a1, a2, a3;
+                    a_fragment<FP8>(wq[s][j], kt, zx, zy, a0, a1, a2, a3);
+                    mma_bf16(cur[j], a0, a1, a2, a3, b0[kt], b1[kt]);
+                }
+            }
+            if (--rem == 0 || c + 1 == c1) {  // group end, or the warp's range ends inside the group
+#pragma unroll
+                for (int j = 0; j < NTB; ++j) {
+                    const float sl = to_f(slo[s][j]), sh = to_f(shi[s][j]);
+                    if constexpr (MULTI) {
+                        acc[j][0] += cur[j][0] * sl, acc[j][1] += cur[j][1] * sl;
+                        acc[j][2] += cur[j][2] * sh, acc[j][3] += cur[j][3] * sh;
+                    } else {
+                        acc[j][0] += cur[j][0] * sl, acc[j][1] += cur[j][2] * sh;
+                    }
+                    cur[j][0] = cur[j][1] = cur[j][2] = cur[j][3] = 0.0f;
+                }
+                rem = cpg;
+            }
+            load(s);
+        }
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+
+    // C[row][token]: lane (g, t) holds rows g, g + 8 of tokens 2t, 2t + 1 (one row: every column is token 0).
+    if constexpr (MULTI) {
+#pragma unroll
+        for (int j = 0; j < NTB; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int tok = 2 * t + (e & 1);
+                if (tok < a.M) red[warp][tok][j * 16 + g + (e >> 1) * 8] = acc[j][e];
+            }
+    } else if (t == 0) {
+#pragma unroll
+        for (int j = 0; j < NTB; ++j)
+            red[warp][0][j * 16 + g] = acc[j][0], red[warp][0][j * 16 + g + 8] = acc[j][1];
+    }
+    __syncthreads();
+    for (int i = static_cast<int>(threadIdx.x); i < a.M * NTB * 16; i += kQmvThreads) {
+        const int tok = i / (NTB * 16), col = i - tok * (NTB * 16);
+        const int n = static_cast<int>(blockIdx.x) * NTB * 16 + col;
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kQmvWarps; ++w) sum += red[w][tok][col];
+        if (n < a.N) store_y(a, tok, n, sum);
+    }
+}
+
+}  // namespace grimoire::cuda::qmm
