@@ -127,6 +127,8 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     launch_ex(kernel, a, blocks, qmm::kQmvThreads, qmm::qmv_smem(a), device_is_hopper(), s);
 }
 
+// One block per NTB n-tiles over all of K: NTB = 2 when the weight has at least 8 n-tiles per SM (four
+// two-tile blocks per SM), else 1.
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     const bool wide = a.NT >= 8 * qmm::device_sms();
@@ -149,7 +151,7 @@ bool qmv_takes(const qmm::Args& a, bool fp8) {
     return fp8 ? a.NT < 8 * sms && a.K <= 8192 : a.NT < 32 * sms;
 }
 
-// One block per NTB n-tiles over all of K: NTB = 2 when that still gives eight blocks per SM, else 1.
+// The scale width is a template parameter (the kernel's scale loads); FP8 scales are always f32.
 template <bool FP8, bool ASYM>
 void launch_qmv(qmm::Args& a, cudaStream_t s) {
     if constexpr (FP8)

@@ -30,23 +30,24 @@ namespace grimoire::cuda::qmm {
 
 constexpr int kQmvWarps = 8;
 constexpr int kQmvThreads = 32 * kQmvWarps;
-// DEPTH: chunks of INT4 weights in flight per warp (16 B per lane and n-tile each); FP8 chunks are twice the
-// bytes, so it keeps half as many.
-
-// Dynamic shared memory: x for every chunk of the row (BF16, K rounded up to 64).
-// Dynamic shared memory: x for every chunk of the one row (BF16, K rounded up to 64); none for 2..4 rows.
 constexpr int kQmvMaxM = 4;
+
+// Dynamic shared memory: x for every chunk of the one row (BF16, K rounded up to 64); none for 2..4 rows.
 inline size_t qmv_smem(const Args& a) {
     return a.M == 1 ? static_cast<size_t>(a.KC) * 64 * 2 : 0;
 }
 
+// SSZ: bytes per scale (FP8 and F32 scales 4, F16 / BF16 2). NTB: n-tiles per block. DEPTH: chunks of INT4
+// weights in flight per warp (16 B per lane and n-tile each; FP8 chunks are twice the bytes, so it keeps half
+// as many). MINB: blocks per SM the registers must allow. MULTI: 2..4 rows, token r in the B operand's column
+// r, x read through L1 (else one row, x staged in shared memory).
 template <bool FP8, bool ASYM, int SSZ, int NTB, int DEPTH, int MINB, bool MULTI>
 __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int VEC = vec(FP8);
-    constexpr int DI = MULTI && NTB == 2 ? DEPTH - 1 : DEPTH;  // 2..8 rows: two more accumulators per n-tile
+    constexpr int DI = MULTI && NTB == 2 ? DEPTH - 1 : DEPTH;  // 2..4 rows: two more accumulators per n-tile
     constexpr int D = FP8 ? (DI + 1) / 2 : DI;
     extern __shared__ __align__(16) uint4 smem_u4[];
-    constexpr int RT = MULTI ? 8 : 1;  // token rows kept per warp for the block's sum
+    constexpr int RT = MULTI ? kQmvMaxM : 1;  // token rows kept per warp for the block's sum
     __shared__ float red[kQmvWarps][RT][NTB * 16];
 
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
