@@ -2,7 +2,8 @@
 // device copies of the tile layout built by quant/repack.h.
 //   qmm_*:     y [M, N] = x [M, K] @ W^T for M = 1..16 on tensor cores (mma.sync m16n8k16, BF16 activations,
 //              fp32 accumulation), stream-K over one wave of blocks with a deterministic in-kernel reduction
-//              (decode, verify).
+//              (decode, verify); 1..4 rows mostly take a kernel whose blocks each cover all of K for one or two
+//              16-feature tiles (quant_qmv.cuh, no cross-block reduction). Both are deterministic.
 //   dequant_*: W as a dense BF16 [N, K] matrix for the prefill path (then a cuBLAS GEMM); F32 for the F32
 //              reference mode, which runs every M through it.
 // Every launch is on the given stream and none synchronises (graph-capturable).
