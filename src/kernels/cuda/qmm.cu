@@ -119,7 +119,8 @@ template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI>
 void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI>;
     static const bool attr_set = [&] {
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(qmm::kQmvMaxSmem));
         return true;
     }();
     (void)attr_set;
@@ -163,8 +164,8 @@ void launch_qmv(qmm::Args& a, cudaStream_t s) {
 template <bool FP8, int MT, bool ASYM, int GK>
 void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_t s) {
     if constexpr (MT == 1 && GK == 0) {
-        // K up to 100k channels fits the shared x; forced grids are the tests of the split reduction.
-        if (forced_blocks <= 0 && use_qmv(FP8) && qmv_takes(a, FP8) && qmm::qmv_smem(a) <= 200 * 1024)
+        // Forced grids are the tests of the split reduction.
+        if (forced_blocks <= 0 && use_qmv(FP8) && qmv_takes(a, FP8) && qmm::qmv_smem(a) <= qmm::kQmvMaxSmem)
             return launch_qmv<FP8, ASYM>(a, s);
     }
     // The kernel body exists only in sm_90 code: a binary built without it keeps the cp.async kernel.

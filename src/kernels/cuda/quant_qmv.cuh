@@ -32,7 +32,9 @@ constexpr int kQmvWarps = 8;
 constexpr int kQmvThreads = 32 * kQmvWarps;
 constexpr int kQmvMaxM = 4;
 
-// Dynamic shared memory: x for every chunk of the one row (BF16, K rounded up to 64); none for 2..4 rows.
+// Dynamic shared memory: x for every chunk of the one row (BF16, K rounded up to 64); none for 2..4 rows. The
+// launcher allows kQmvMaxSmem (K up to ~100k channels); a longer row takes the M <= 16 kernels.
+constexpr size_t kQmvMaxSmem = 200 * 1024;
 inline size_t qmv_smem(const Args& a) {
     return a.M == 1 ? static_cast<size_t>(a.KC) * 64 * 2 : 0;
 }
