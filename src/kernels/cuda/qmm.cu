@@ -129,13 +129,16 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
 }
 
 // One block per NTB n-tiles over all of K: NTB = 2 when the weight has at least 8 n-tiles per SM (four
-// two-tile blocks per SM), else 1.
+// two-tile blocks per SM), else 1. INT4 one row from 4 n-tiles per SM: measured on the H200 in one run
+// (docs/BENCHMARKS.md, session 8), two-tile blocks took q_gate (768 n-tiles) 13.3 -> 12.2 us and the DeltaNet
+// qkv (640) 12.1 -> 11.9 us, while down and o_proj (320) were 17-20% slower with them.
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
-    const bool wide = a.NT >= 8 * qmm::device_sms();
+    const int sms = qmm::device_sms();
+    const bool wide = a.NT >= 8 * sms;
     if (a.M == 1)
-        return wide ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, false>(a, s)
-                    : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
+        return wide || (!FP8 && a.NT >= 4 * sms) ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, false>(a, s)
+                                                  : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
     wide ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
          : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
 }
