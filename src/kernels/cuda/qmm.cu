@@ -115,9 +115,9 @@ bool use_qmv(bool fp8) {
     return (mode >> (fp8 ? 1 : 0)) & 1;
 }
 
-template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI, int CH>
+template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI>
 void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
-    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, CH>;
+    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI>;
     static const bool attr_set = [&] {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(qmm::kQmvMaxSmem));
@@ -131,18 +131,16 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
 // One block per NTB n-tiles over all of K: NTB = 2 when the weight has at least 8 n-tiles per SM (four
 // two-tile blocks per SM), else 1. INT4 one row from 4 n-tiles per SM: measured on the H200 in one run
 // (docs/BENCHMARKS.md, session 8), two-tile blocks took q_gate (768 n-tiles) 13.3 -> 12.2 us and the DeltaNet
-// qkv (640) 12.1 -> 11.9 us, while down and o_proj (320) were 17-20% slower with them. One-tile blocks keep two
-// accumulator chains per tile (CH = 2: the chunk's four mma are not one dependent chain); two-tile blocks already
-// have two chains, and a second per tile would spill at three blocks per SM.
+// qkv (640) 12.1 -> 11.9 us, while down and o_proj (320) were 17-20% slower with them.
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     const int sms = qmm::device_sms();
     const bool wide = a.NT >= 8 * sms;
     if (a.M == 1)
-        return wide || (!FP8 && a.NT >= 4 * sms) ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, false, 1>(a, s)
-                                                  : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false, 2>(a, s);
-    wide ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true, 1>(a, s)
-         : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 2>(a, s);
+        return wide || (!FP8 && a.NT >= 4 * sms) ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, false>(a, s)
+                                                  : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
+    wide ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
+         : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
 }
 
 // Whether one launch takes the one-to-four-row kernel. Measured on the H200 against the M = 1..16 kernels at

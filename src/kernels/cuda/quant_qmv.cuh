@@ -42,9 +42,8 @@ inline size_t qmv_smem(const Args& a) {
 // SSZ: bytes per scale (FP8 and F32 scales 4, F16 / BF16 2). NTB: n-tiles per block. DEPTH: chunks of INT4
 // weights in flight per warp (16 B per lane and n-tile each; FP8 chunks are twice the bytes, so it keeps half
 // as many). MINB: blocks per SM the registers must allow. MULTI: 2..4 rows, token r in the B operand's column
-// r, x read through L1 (else one row, x staged in shared memory). CH: independent accumulator chains per n-tile
-// (k-tile kt adds into chain kt % CH; the chains are summed at each group's flush).
-template <bool FP8, bool ASYM, int SSZ, int NTB, int DEPTH, int MINB, bool MULTI, int CH>
+// r, x read through L1 (else one row, x staged in shared memory).
+template <bool FP8, bool ASYM, int SSZ, int NTB, int DEPTH, int MINB, bool MULTI>
 __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int VEC = vec(FP8);
     constexpr int DI = MULTI && NTB == 2 ? DEPTH - 1 : DEPTH;  // 2..4 rows: two more accumulators per n-tile
@@ -133,15 +132,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     };
 
     constexpr int NA = MULTI ? 4 : 2;  // one row: columns 2t and 2t + 1 of C are equal, keep c0 / c2
-    // The group's running mma sums, CH chains per n-tile: the four k-tiles of a chunk would otherwise be four
-    // dependent mma on one accumulator, and a warp with one n-tile waits out that chain's latency per chunk.
-    float acc[NTB][NA], cur[NTB][CH][4];
+    float acc[NTB][NA], cur[NTB][4];
 #pragma unroll
     for (int j = 0; j < NTB; ++j) {
 #pragma unroll
         for (int e = 0; e < NA; ++e) acc[j][e] = 0.0f;
-#pragma unroll
-        for (int h = 0; h < CH; ++h) cur[j][h][0] = cur[j][h][1] = cur[j][h][2] = cur[j][h][3] = 0.0f;
+        cur[j][0] = cur[j][1] = cur[j][2] = cur[j][3] = 0.0f;
     }
     int rem = cpg - c0 % cpg;  // chunks left in the current scale group
     for (int cb = c0; cb < c1; cb += D) {
@@ -172,28 +168,20 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 for (int kt = 0; kt < 4; ++kt) {
                     uint32_t a0, a1, a2, a3;
                     a_fragment<FP8>(wq[s][j], kt, zx, zy, a0, a1, a2, a3);
-                    mma_bf16(cur[j][kt % CH], a0, a1, a2, a3, b0[kt], b1[kt]);
+                    mma_bf16(cur[j], a0, a1, a2, a3, b0[kt], b1[kt]);
                 }
             }
             if (--rem == 0 || c + 1 == c1) {  // group end, or the warp's range ends inside the group
 #pragma unroll
                 for (int j = 0; j < NTB; ++j) {
                     const float sl = to_f(slo[s][j]), sh = to_f(shi[s][j]);
-                    float c[4];
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        c[e] = cur[j][0][e];
-#pragma unroll
-                        for (int h = 1; h < CH; ++h) c[e] += cur[j][h][e];
-                    }
                     if constexpr (MULTI) {
-                        acc[j][0] += c[0] * sl, acc[j][1] += c[1] * sl;
-                        acc[j][2] += c[2] * sh, acc[j][3] += c[3] * sh;
+                        acc[j][0] += cur[j][0] * sl, acc[j][1] += cur[j][1] * sl;
+                        acc[j][2] += cur[j][2] * sh, acc[j][3] += cur[j][3] * sh;
                     } else {
-                        acc[j][0] += c[0] * sl, acc[j][1] += c[2] * sh;
+                        acc[j][0] += cur[j][0] * sl, acc[j][1] += cur[j][2] * sh;
                     }
-#pragma unroll
-                    for (int h = 0; h < CH; ++h) cur[j][h][0] = cur[j][h][1] = cur[j][h][2] = cur[j][h][3] = 0.0f;
+                    cur[j][0] = cur[j][1] = cur[j][2] = cur[j][3] = 0.0f;
                 }
                 rem = cpg;
             }
