@@ -42,8 +42,11 @@ inline size_t qmv_smem(const Args& a) {
 // SSZ: bytes per scale (FP8 and F32 scales 4, F16 / BF16 2). NTB: n-tiles per block. DEPTH: chunks of INT4
 // weights in flight per warp (16 B per lane and n-tile each; FP8 chunks are twice the bytes, so it keeps half
 // as many). MINB: blocks per SM the registers must allow. MULTI: 2..4 rows, token r in the B operand's column
-// r, x read through L1 (else one row, x staged in shared memory).
-template <bool FP8, bool ASYM, int SSZ, int NTB, int DEPTH, int MINB, bool MULTI>
+// r, x read through L1 (else one row, x staged in shared memory). ABL: benchmark ablations only
+// (bench/gpu/bench_qmv_variants.cu; results are wrong, the time is what is read), a mask of kQmvNoDequant,
+// kQmvNoMma, kQmvNoX and kQmvNoFlush; qmm.cu always launches ABL = 0.
+enum : int { kQmvNoDequant = 1, kQmvNoMma = 2, kQmvNoX = 4, kQmvNoFlush = 8 };
+template <bool FP8, bool ASYM, int SSZ, int NTB, int DEPTH, int MINB, bool MULTI, int ABL = 0>
 __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int VEC = vec(FP8);
     constexpr int DI = MULTI && NTB == 2 ? DEPTH - 1 : DEPTH;  // 2..4 rows: two more accumulators per n-tile
@@ -149,7 +152,9 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 #pragma unroll
             for (int kt = 0; kt < 4; ++kt) {
                 const int k = c * 64 + kt * 16 + 2 * t;  // even, and ldx is a multiple of 8
-                if constexpr (MULTI) {
+                if constexpr ((ABL & kQmvNoX) != 0) {
+                    b0[kt] = b1[kt] = 0x3F803F80u;
+                } else if constexpr (MULTI) {
                     b0[kt] = row_ok && k < a.ldx ? __ldg(xrow + k / 2) : 0u;
                     b1[kt] = row_ok && k + 8 < a.ldx ? __ldg(xrow + k / 2 + 4) : 0u;
                 } else {
@@ -167,11 +172,22 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 #pragma unroll
                 for (int kt = 0; kt < 4; ++kt) {
                     uint32_t a0, a1, a2, a3;
-                    a_fragment<FP8>(wq[s][j], kt, zx, zy, a0, a1, a2, a3);
-                    mma_bf16(cur[j], a0, a1, a2, a3, b0[kt], b1[kt]);
+                    if constexpr ((ABL & kQmvNoDequant) != 0) {
+                        const uint4& qq = wq[s][j][0];
+                        a0 = qq.x ^ zx, a1 = qq.y, a2 = qq.z, a3 = qq.w;
+                    } else {
+                        a_fragment<FP8>(wq[s][j], kt, zx, zy, a0, a1, a2, a3);
+                    }
+                    if constexpr ((ABL & kQmvNoMma) != 0)
+                        cur[j][kt & 3] +=
+                            __uint_as_float((a0 ^ a1 ^ a2 ^ a3 ^ b0[kt] ^ b1[kt]) & 0x3FFFFFFFu);
+                    else
+                        mma_bf16(cur[j], a0, a1, a2, a3, b0[kt], b1[kt]);
                 }
             }
-            if (--rem == 0 || c + 1 == c1) {  // group end, or the warp's range ends inside the group
+            if ((ABL & kQmvNoFlush) != 0 && c + 1 < c1) {
+                --rem;                               // the flush only at the warp's range end
+            } else if (--rem == 0 || c + 1 == c1) {  // group end, or the warp's range ends inside the group
 #pragma unroll
                 for (int j = 0; j < NTB; ++j) {
                     const float sl = to_f(slo[s][j]), sh = to_f(shi[s][j]);

@@ -1,0 +1,332 @@
+// Variants of the one-row INT4 kernel (quant_qmv.cuh) on the 27B layer shapes, in one process so that every
+// figure is comparable to the committed configuration measured beside it:
+//   * the kernel as qmm.cu launches it (one-tile and two-tile blocks) and other block shapes (n-tiles per
+//   block,
+//     chunks in flight, blocks per SM);
+//   * ablations (quant_qmv.cuh's ABL mask: no dequant, no mma, no x loads, no group flush): wrong results,
+//   the
+//     time says what each part of the per-chunk work costs;
+//   * floors: the kernel's own loads with nothing else (same grid, warps and addresses; D chunks in flight),
+//   and
+//     a flat grid-stride 16-byte read of the same bytes.
+//
+//   bench_qmv_variants [--out results.json] [--commit SHA] [--only SUBSTRING]
+//
+// INT4 symmetric g128 with F16 scales, M = 1, random weights rotated over > 400 MB of copies (every launch
+// reads HBM), launched back to back with programmatic dependent launch as the decode graph does. Every
+// variant that computes the full result is checked bit for bit against the committed one-tile kernel (same
+// per-warp chunk ranges and summation order). Prints a table; --out writes the bench/results format (metrics:
+// us per shape and variant; ratios: bytes / time over the copy bandwidth measured first).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/quant_qmv.cuh"
+
+namespace qmm = grimoire::cuda::qmm;
+using qmm::Args;
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) {
+        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+        std::exit(1);
+    }
+}
+
+__device__ uint32_t mix(uint64_t i, uint32_t seed) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
+    return h;
+}
+__global__ void fill_words(uint32_t* p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x)
+        p[i] = mix(i, seed);
+}
+// F16 scales in [0.0005, 0.0015]; BF16 x in [-1, 1].
+__global__ void fill_scales(__half* p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x)
+        p[i] = __float2half(0.0005f + 0.001f * static_cast<float>(mix(i, seed) & 0xFFFF) / 65535.0f);
+}
+__global__ void fill_x(uint16_t* p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x)
+        p[i] = __bfloat16_as_ushort(
+            __float2bfloat16(-1.0f + 2.0f * static_cast<float>(mix(i, seed) & 0xFFFF) / 65535.0f));
+}
+
+// The committed kernel's loads with nothing else: NTB tiles per block, 8 warps splitting K, D chunks in
+// flight per warp, issued before the PDL wait. The words are XOR-folded so the loads stay; y is written only
+// on an impossible value.
+template <int NTB, int D>
+__global__ void __launch_bounds__(qmm::kQmvThreads, 3) loads_only(const Args a) {
+    const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+    const int c0 = warp * a.KC / qmm::kQmvWarps, c1 = (warp + 1) * a.KC / qmm::kQmvWarps;
+    const uint4* wb = reinterpret_cast<const uint4*>(a.words);
+    const uint4* wp[NTB];
+#pragma unroll
+    for (int j = 0; j < NTB; ++j) {
+        const int nt = min(static_cast<int>(blockIdx.x) * NTB + j, a.NT - 1);
+        wp[j] = wb + (grimoire::tile_index(nt, c0, a.NT, a.KC) * 32 + lane);
+    }
+    const int64_t wstride = static_cast<int64_t>(a.NT) * 32;
+    uint4 wq[D][NTB];
+    int lc = c0;
+    auto load = [&](int s) {
+        if (lc >= c1) return;
+#pragma unroll
+        for (int j = 0; j < NTB; ++j) wq[s][j] = qmm::ld_stream(wp[j]), wp[j] += wstride;
+        ++lc;
+    };
+#pragma unroll
+    for (int s = 0; s < D; ++s) load(s);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    uint32_t h = 0;
+    for (int cb = c0; cb < c1; cb += D) {
+#pragma unroll
+        for (int s = 0; s < D; ++s) {
+            if (cb + s >= c1) break;
+#pragma unroll
+            for (int j = 0; j < NTB; ++j) h ^= wq[s][j].x ^ wq[s][j].y ^ wq[s][j].z ^ wq[s][j].w;
+            load(s);
+        }
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+    if (h == 0x12345678u) static_cast<float*>(a.y)[blockIdx.x] = 1.0f;
+}
+
+// A flat grid-stride 16-byte read of the weight's bytes.
+__global__ void __launch_bounds__(256) flat_read(const Args a) {
+    const uint4* p = reinterpret_cast<const uint4*>(a.words);
+    const int64_t n = static_cast<int64_t>(a.NT) * a.KC * 32;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    uint32_t h = 0;
+    for (int64_t i = blockIdx.x * 256 + static_cast<int64_t>(threadIdx.x); i < n;
+         i += static_cast<int64_t>(gridDim.x) * 256) {
+        const uint4 v = qmm::ld_stream(p + i);
+        h ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+    if (h == 0x12345678u) static_cast<float*>(a.y)[blockIdx.x] = 1.0f;
+}
+
+void launch(void (*kernel)(Args), int grid, size_t smem, const Args& a) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(static_cast<unsigned>(kernel == flat_read ? 256 : qmm::kQmvThreads));
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    check(cudaLaunchKernelEx(&cfg, kernel, a), "launch");
+}
+
+struct Variant {
+    std::string name;
+    bool exact;  // computes the committed kernel's result
+    void (*kernel)(Args);
+    int ntb;     // n-tiles per block (0: flat read)
+    int blocks;  // flat read grid
+    bool xsmem;  // stages x in shared memory (qmv_smem)
+};
+
+template <int NTB, int D, int MINB, int ABL = 0>
+Variant kernel_variant(const char* name) {
+    auto k = qmm::qmv_kernel<false, false, 2, NTB, D, MINB, false, ABL>;
+    check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(qmm::kQmvMaxSmem)),
+          "smem attribute");
+    return {name, ABL == 0, k, NTB, 0, true};
+}
+
+void run(const Variant& v, const Args& a) {
+    if (v.ntb == 0) return launch(v.kernel, v.blocks, 0, a);
+    launch(v.kernel, (a.NT + v.ntb - 1) / v.ntb, v.xsmem ? qmm::qmv_smem(a) : 0, a);
+}
+
+double copy_bandwidth() {
+    const size_t n = 2ull << 30;
+    void *p = nullptr, *q = nullptr;
+    check(cudaMalloc(&p, n), "cudaMalloc");
+    check(cudaMalloc(&q, n), "cudaMalloc");
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    for (int i = 0; i < 2; ++i) cudaMemcpyAsync(q, p, n, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e0);
+    for (int i = 0; i < 10; ++i) cudaMemcpyAsync(q, p, n, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e1);
+    check(cudaEventSynchronize(e1), "copy");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaFree(p), cudaFree(q);
+    return 2.0 * static_cast<double>(n) * 10 / (ms * 1e-3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string out_path, commit = "unknown", only, command = "bench_qmv_variants";
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        command += " " + a;
+        if (i + 1 < argc && (a == "--out" || a == "--commit" || a == "--only")) {
+            const std::string v = argv[++i];
+            command += " " + v;
+            (a == "--out" ? out_path : a == "--commit" ? commit : only) = v;
+        } else {
+            std::fprintf(stderr,
+                         "usage: bench_qmv_variants [--out FILE] [--commit SHA] [--only SUBSTRING]\n");
+            return 2;
+        }
+    }
+    int sms = 132;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    const double bw = copy_bandwidth();
+    std::printf("copy bandwidth (read+write): %.0f GB/s\n", bw / 1e9);
+
+    using qmm::kQmvNoDequant, qmm::kQmvNoMma, qmm::kQmvNoX, qmm::kQmvNoFlush;
+    const std::vector<Variant> vs = {
+        kernel_variant<1, 4, 3>("ntb1_d4"),  // the committed one-tile configuration: the reference
+        kernel_variant<2, 3, 3>("ntb2_d3"),  // the committed two-tile configuration
+        kernel_variant<2, 4, 2>("ntb2_d4_mb2"),
+        kernel_variant<1, 4, 4>("ntb1_d4_mb4"),
+        kernel_variant<1, 6, 3>("ntb1_d6"),
+        kernel_variant<2, 2, 3>("ntb2_d2"),
+        kernel_variant<1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
+        kernel_variant<1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
+        kernel_variant<1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
+        kernel_variant<1, 4, 3, kQmvNoFlush>("ablate_ntb1_noflush"),
+        kernel_variant<1, 4, 3, kQmvNoDequant | kQmvNoMma | kQmvNoX | kQmvNoFlush>("ablate_ntb1_all"),
+        kernel_variant<2, 3, 3, kQmvNoDequant>("ablate_ntb2_nodequant"),
+        kernel_variant<2, 3, 3, kQmvNoMma>("ablate_ntb2_nomma"),
+        kernel_variant<2, 3, 3, kQmvNoX>("ablate_ntb2_nox"),
+        kernel_variant<2, 3, 3, kQmvNoFlush>("ablate_ntb2_noflush"),
+        {"loads_ntb1_d4", false, loads_only<1, 4>, 1, 0, false},
+        {"loads_ntb2_d3", false, loads_only<2, 3>, 2, 0, false},
+        {"loads_ntb1_d8", false, loads_only<1, 8>, 1, 0, false},
+        {"flat_4xsm", false, flat_read, 0, 4 * sms, false},
+        {"flat_8xsm", false, flat_read, 0, 8 * sms, false},
+    };
+    struct Shape {
+        const char* name;
+        int N, K;
+    };
+    const Shape shapes[] = {{"gate_up", 34816, 5120}, {"down", 5120, 17408},  {"q_gate", 12288, 5120},
+                            {"gdn_qkv", 10240, 5120}, {"o_proj", 5120, 6144}, {"lm_head", 248320, 5120}};
+
+    uint16_t* x = nullptr;
+    float *y = nullptr, *yref = nullptr;
+    check(cudaMalloc(&x, 17408 * 2), "cudaMalloc");
+    check(cudaMalloc(&y, 248320 * 4), "cudaMalloc");
+    check(cudaMalloc(&yref, 248320 * 4), "cudaMalloc");
+    fill_x<<<64, 256>>>(x, 17408, 7);
+    std::vector<float> h(248320), href(248320);
+    std::string metrics, ratios;
+    char buf[256];
+    int mismatches = 0;
+    for (const Shape& sh : shapes) {
+        const int NT = (sh.N + 15) / 16, KC = (sh.K + 63) / 64, G = (sh.K + 127) / 128;
+        const size_t nw = static_cast<size_t>(NT) * KC * 128, ns = static_cast<size_t>(G) * NT * 16;
+        const size_t one = nw * 4 + ns * 2;
+        const int copies = static_cast<int>((400ull << 20) / one + 1);
+        std::vector<uint32_t*> W(static_cast<size_t>(copies));
+        std::vector<__half*> S(static_cast<size_t>(copies));
+        for (int c = 0; c < copies; ++c) {
+            check(cudaMalloc(&W[static_cast<size_t>(c)], nw * 4), "cudaMalloc");
+            check(cudaMalloc(&S[static_cast<size_t>(c)], ns * 2), "cudaMalloc");
+            fill_words<<<1024, 256>>>(W[static_cast<size_t>(c)], nw, 100u + static_cast<uint32_t>(c));
+            fill_scales<<<256, 256>>>(S[static_cast<size_t>(c)], ns, 200u + static_cast<uint32_t>(c));
+        }
+        check(cudaDeviceSynchronize(), "fill");
+        Args a{};
+        a.sdt = grimoire::cuda::kF16, a.x = x, a.ldx = (sh.K + 7) / 8 * 8, a.ydt = grimoire::cuda::kF32;
+        a.N = sh.N, a.K = sh.K, a.NT = NT, a.KC = KC, a.G = G, a.gs = 128, a.NP = NT * 16, a.M = 1, a.gpc = 1;
+        a.ssz = 2;
+        for (size_t vi = 0; vi < vs.size(); ++vi) {
+            const Variant& v = vs[vi];
+            if (vi != 0 && !only.empty() && v.name.find(only) == std::string::npos) continue;
+            a.words = W[0], a.scales = S[0], a.y = vi == 0 ? yref : y;
+            check(cudaMemset(a.y, 0xFF, static_cast<size_t>(sh.N) * 4), "memset");
+            run(v, a);
+            check(cudaDeviceSynchronize(), v.name.c_str());
+            bool same = true;
+            if (vi != 0 && v.exact) {
+                check(cudaMemcpy(h.data(), y, static_cast<size_t>(sh.N) * 4, cudaMemcpyDeviceToHost), "copy");
+                check(cudaMemcpy(href.data(), yref, static_cast<size_t>(sh.N) * 4, cudaMemcpyDeviceToHost),
+                      "copy");
+                for (int i = 0; i < sh.N; ++i)
+                    same = same && h[static_cast<size_t>(i)] == href[static_cast<size_t>(i)];
+                mismatches += same ? 0 : 1;
+            }
+            const int reps = std::max(40, 3 * copies);
+            for (int i = 0; i < 3; ++i) {
+                a.words = W[static_cast<size_t>(i % copies)], a.scales = S[static_cast<size_t>(i % copies)];
+                run(v, a);
+            }
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0), cudaEventCreate(&e1);
+            cudaEventRecord(e0);
+            for (int i = 0; i < reps; ++i) {
+                a.words = W[static_cast<size_t>(i % copies)], a.scales = S[static_cast<size_t>(i % copies)];
+                run(v, a);
+            }
+            cudaEventRecord(e1);
+            check(cudaEventSynchronize(e1), "timing");
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            cudaEventDestroy(e0), cudaEventDestroy(e1);
+            const double us = static_cast<double>(ms) * 1e3 / reps,
+                         r = static_cast<double>(one) / (us * 1e-6) / bw;
+            std::printf("%-8s %-24s %9.2f us  %.3f of copy%s\n", sh.name, v.name.c_str(), us, r,
+                        vi == 0 || !v.exact ? ""
+                        : same              ? "  (= reference)"
+                                            : "  MISMATCH");
+            std::fflush(stdout);
+            std::snprintf(buf, sizeof buf, "%s\n    \"%s_%s_us\": %.3f", metrics.empty() ? "" : ",", sh.name,
+                          v.name.c_str(), us);
+            metrics += buf;
+            std::snprintf(buf, sizeof buf, "%s\n    \"%s_%s_bw\": %.4f", ratios.empty() ? "" : ",", sh.name,
+                          v.name.c_str(), r);
+            ratios += buf;
+        }
+        for (int c = 0; c < copies; ++c)
+            cudaFree(W[static_cast<size_t>(c)]), cudaFree(S[static_cast<size_t>(c)]);
+    }
+    if (!out_path.empty()) {
+        cudaDeviceProp prop{};
+        cudaGetDeviceProperties(&prop, 0);
+        const auto tnow = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+        char date[32];
+        std::strftime(date, sizeof date, "%Y-%m-%dT%H:%MZ", std::gmtime(&tnow));
+        FILE* f = std::fopen(out_path.c_str(), "w");
+        if (!f) return 1;
+        std::fprintf(
+            f,
+            "{\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n  \"card\": \"%s\",\n  \"command\": \"%s\",\n"
+            "  \"metrics\": {\n    \"copy_bandwidth_GBps\": %.1f,%s\n  },\n  \"ratios\": {%s\n  }\n}\n",
+            date, commit.c_str(), prop.name, command.c_str(), bw / 1e9, metrics.c_str(), ratios.c_str());
+        std::fclose(f);
+    }
+    if (mismatches) std::printf("%d exact variants differ from the reference\n", mismatches);
+    return mismatches ? 1 : 0;
+}
