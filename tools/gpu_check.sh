@@ -5,6 +5,7 @@
 #   gpu_tests.xml              gtest results of every GPU test executable (merged by name)
 #   qwen35_27b_bf16.json       the benchmark record (bench/results/ format)
 #   quant_kernels.json, qwen35_27b_int4.json, qwen35_27b_fp8.json   the quantized-kernel and 27B INT4/FP8 records
+#   qmv_variants.json          the one-row kernel's variants, ablations and floors (bench/gpu/bench_qmv_variants.cu)
 #   nvidia-smi.txt             the card as found
 #   run_<model>_<device>.txt   greedy ids of `grimoire run` on models/demo(-gptq-int4), CPU against CUDA
 #
@@ -22,7 +23,7 @@ exec > >(tee -a "$LOG") 2>&1
 BUILD=${GRIMOIRE_PREBUILT:-build/cuda}
 if [ -z "${GRIMOIRE_PREBUILT:-}" ]; then
     cmake --preset cuda -DGRIMOIRE_WERROR=ON || exit 1
-    cmake --build "$BUILD" --target grimoire bench_qwen35_27b bench_quant_kernels \
+    cmake --build "$BUILD" --target grimoire bench_qwen35_27b bench_quant_kernels bench_qmv_variants \
         $(cd tests/gpu && ls test_*.cpp | sed 's/\.cpp$//') -j"$(nproc)" || exit 1
 fi
 export LD_LIBRARY_PATH="${GRIMOIRE_PREBUILT_LIBS:+$GRIMOIRE_PREBUILT_LIBS:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -94,6 +95,9 @@ echo "== quantized kernels (INT4 / FP8, M = 1..16 and prefill) with the torch in
 python3 bench/gpu/anchor_torch_int4.py --out "$OUT/anchor.json" || echo "anchor failed (no torch?)"
 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --anchor "$OUT/anchor.json" --commit "$COMMIT" \
     --out "$OUT/quant_kernels.json" || status=1
+echo "== one-row INT4 kernel variants, ablations and load-only floors (timing; exact variants checked bit for bit)"
+timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" --commit "$COMMIT" --out "$OUT/qmv_variants.json" ||
+    status=1
 for q in gptq fp8; do
     name=$([ "$q" = gptq ] && echo int4 || echo fp8)
     timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --quant "$q" --commit "$COMMIT" \
