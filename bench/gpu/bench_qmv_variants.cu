@@ -1,5 +1,6 @@
-// Variants of the one-row INT4 kernel (quant_qmv.cuh) on the 27B layer shapes, in one process so that every
-// figure is comparable to the committed configuration measured beside it:
+// Variants of the one-to-four-row kernel (quant_qmv.cuh) on the 27B layer shapes, in one process so that
+// every figure is comparable to the committed configuration measured beside it (INT4 one row and four rows,
+// FP8 one row):
 //   * the kernel as qmm.cu launches it (one-tile and two-tile blocks) and other block shapes (n-tiles per
 //   block,
 //     chunks in flight, blocks per SM);
@@ -47,10 +48,16 @@ __device__ uint32_t mix(uint64_t i, uint32_t seed) {
     h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
     return h;
 }
-__global__ void fill_words(uint32_t* p, size_t n, uint32_t seed) {
+__global__ void fill_words(uint32_t* p, size_t n, uint32_t seed, uint32_t mask) {
     for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<size_t>(gridDim.x) * blockDim.x)
-        p[i] = mix(i, seed);
+        p[i] = mix(i, seed) & mask;
+}
+// FP8 block scales in [0.005, 0.02].
+__global__ void fill_f32(float* p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x)
+        p[i] = 0.005f + 0.015f * static_cast<float>(mix(i, seed) & 0xFFFF) / 65535.0f;
 }
 // F16 scales in [0.0005, 0.0015]; BF16 x in [-1, 1].
 __global__ void fill_scales(__half* p, size_t n, uint32_t seed) {
@@ -68,7 +75,7 @@ __global__ void fill_x(uint16_t* p, size_t n, uint32_t seed) {
 // The committed kernel's loads with nothing else: NTB tiles per block, 8 warps splitting K, D chunks in
 // flight per warp, issued before the PDL wait. The words are XOR-folded so the loads stay; y is written only
 // on an impossible value.
-template <int NTB, int D>
+template <int NTB, int D, int VEC = 1>
 __global__ void __launch_bounds__(qmm::kQmvThreads, 3) loads_only(const Args a) {
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
     const int c0 = warp * a.KC / qmm::kQmvWarps, c1 = (warp + 1) * a.KC / qmm::kQmvWarps;
@@ -77,15 +84,19 @@ __global__ void __launch_bounds__(qmm::kQmvThreads, 3) loads_only(const Args a) 
 #pragma unroll
     for (int j = 0; j < NTB; ++j) {
         const int nt = min(static_cast<int>(blockIdx.x) * NTB + j, a.NT - 1);
-        wp[j] = wb + (grimoire::tile_index(nt, c0, a.NT, a.KC) * 32 + lane);
+        wp[j] = wb + (grimoire::tile_index(nt, c0, a.NT, a.KC) * 32 + lane) * VEC;
     }
-    const int64_t wstride = static_cast<int64_t>(a.NT) * 32;
-    uint4 wq[D][NTB];
+    const int64_t wstride = static_cast<int64_t>(a.NT) * 32 * VEC;
+    uint4 wq[D][NTB][VEC];
     int lc = c0;
     auto load = [&](int s) {
         if (lc >= c1) return;
 #pragma unroll
-        for (int j = 0; j < NTB; ++j) wq[s][j] = qmm::ld_stream(wp[j]), wp[j] += wstride;
+        for (int j = 0; j < NTB; ++j) {
+#pragma unroll
+            for (int u = 0; u < VEC; ++u) wq[s][j][u] = qmm::ld_stream(wp[j] + u);
+            wp[j] += wstride;
+        }
         ++lc;
     };
 #pragma unroll
@@ -99,7 +110,10 @@ __global__ void __launch_bounds__(qmm::kQmvThreads, 3) loads_only(const Args a) 
         for (int s = 0; s < D; ++s) {
             if (cb + s >= c1) break;
 #pragma unroll
-            for (int j = 0; j < NTB; ++j) h ^= wq[s][j].x ^ wq[s][j].y ^ wq[s][j].z ^ wq[s][j].w;
+            for (int j = 0; j < NTB; ++j)
+#pragma unroll
+                for (int u = 0; u < VEC; ++u)
+                    h ^= wq[s][j][u].x ^ wq[s][j][u].y ^ wq[s][j][u].z ^ wq[s][j][u].w;
             load(s);
         }
     }
@@ -112,7 +126,8 @@ __global__ void __launch_bounds__(qmm::kQmvThreads, 3) loads_only(const Args a) 
 // A flat grid-stride 16-byte read of the weight's bytes.
 __global__ void __launch_bounds__(256) flat_read(const Args a) {
     const uint4* p = reinterpret_cast<const uint4*>(a.words);
-    const int64_t n = static_cast<int64_t>(a.NT) * a.KC * 32;
+    const int64_t n =
+        static_cast<int64_t>(a.NT) * a.KC * 32 * (a.bn > 0 ? 2 : 1);  // bn > 0: FP8 (twice the words)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
@@ -150,18 +165,87 @@ struct Variant {
     bool xsmem;  // stages x in shared memory (qmv_smem)
 };
 
-template <int NTB, int D, int MINB, int ABL = 0>
+// FP8 and INT4 symmetric with 2-byte scales (INT4) / f32 (FP8); MULTI: the 2..4-row form.
+template <bool FP8, bool MULTI, int NTB, int D, int MINB, int ABL = 0>
 Variant kernel_variant(const char* name) {
-    auto k = qmm::qmv_kernel<false, false, 2, NTB, D, MINB, false, ABL>;
+    auto k = qmm::qmv_kernel < FP8, false, FP8 ? 4 : 2, NTB, D, MINB, MULTI, ABL > ;
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(qmm::kQmvMaxSmem)),
           "smem attribute");
-    return {name, ABL == 0, k, NTB, 0, true};
+    return {name, ABL == 0, k, NTB, 0, !MULTI};
 }
 
 void run(const Variant& v, const Args& a) {
     if (v.ntb == 0) return launch(v.kernel, v.blocks, 0, a);
     launch(v.kernel, (a.NT + v.ntb - 1) / v.ntb, v.xsmem ? qmm::qmv_smem(a) : 0, a);
+}
+
+// One format and row count; its first variant is the reference of the exact ones.
+struct Group {
+    const char* name;
+    bool fp8;
+    int M;
+    std::vector<Variant> vs;
+};
+
+std::vector<Group> groups(int sms) {
+    using qmm::kQmvNoDequant, qmm::kQmvNoMma, qmm::kQmvNoX, qmm::kQmvNoFlush;
+    constexpr int kAll = kQmvNoDequant | kQmvNoMma | kQmvNoX | kQmvNoFlush;
+    std::vector<Group> g;
+    g.push_back({"int4_m1",
+                 false,
+                 1,
+                 {
+                     kernel_variant<false, false, 1, 4, 3>(
+                         "ntb1_d4"),  // qmm.cu's one-tile configuration: the reference
+                     kernel_variant<false, false, 2, 3, 3>("ntb2_d3"),  // qmm.cu's two-tile configuration
+                     kernel_variant<false, false, 2, 4, 2>("ntb2_d4_mb2"),
+                     kernel_variant<false, false, 1, 4, 4>("ntb1_d4_mb4"),
+                     kernel_variant<false, false, 1, 6, 3>("ntb1_d6"),
+                     kernel_variant<false, false, 2, 2, 3>("ntb2_d2"),
+                     kernel_variant<false, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
+                     kernel_variant<false, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
+                     kernel_variant<false, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
+                     kernel_variant<false, false, 1, 4, 3, kQmvNoFlush>("ablate_ntb1_noflush"),
+                     kernel_variant<false, false, 1, 4, 3, kAll>("ablate_ntb1_all"),
+                     kernel_variant<false, false, 2, 3, 3, kQmvNoDequant>("ablate_ntb2_nodequant"),
+                     kernel_variant<false, false, 2, 3, 3, kQmvNoMma>("ablate_ntb2_nomma"),
+                     kernel_variant<false, false, 2, 3, 3, kQmvNoX>("ablate_ntb2_nox"),
+                     kernel_variant<false, false, 2, 3, 3, kQmvNoFlush>("ablate_ntb2_noflush"),
+                     {"loads_ntb1_d4", false, loads_only<1, 4>, 1, 0, false},
+                     {"loads_ntb2_d3", false, loads_only<2, 3>, 2, 0, false},
+                     {"loads_ntb1_d8", false, loads_only<1, 8>, 1, 0, false},
+                     {"flat_4xsm", false, flat_read, 0, 4 * sms, false},
+                     {"flat_8xsm", false, flat_read, 0, 8 * sms, false},
+                 }});
+    g.push_back(
+        {"int4_m4",
+         false,
+         4,
+         {
+             kernel_variant<false, true, 1, 4, 3>("ntb1_d4"),  // qmm.cu's configurations for 2..4 rows
+             kernel_variant<false, true, 2, 3, 3>("ntb2_d3"),
+             kernel_variant<false, true, 2, 4, 2>("ntb2_d4_mb2"),
+             kernel_variant<false, true, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
+             kernel_variant<false, true, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
+             kernel_variant<false, true, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
+         }});
+    g.push_back({"fp8_m1",
+                 true,
+                 1,
+                 {
+                     kernel_variant<true, false, 1, 4, 3>(
+                         "ntb1_d4"),  // qmm.cu's FP8 configurations (2 chunks in flight)
+                     kernel_variant<true, false, 2, 3, 3>("ntb2_d3"),
+                     kernel_variant<true, false, 1, 6, 3>("ntb1_d6"),
+                     kernel_variant<true, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
+                     kernel_variant<true, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
+                     kernel_variant<true, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
+                     {"loads_ntb1_d2", false, loads_only<1, 2, 2>, 1, 0, false},
+                     {"loads_ntb1_d4", false, loads_only<1, 4, 2>, 1, 0, false},
+                     {"flat_8xsm", false, flat_read, 0, 8 * sms, false},
+                 }});
+    return g;
 }
 
 double copy_bandwidth() {
@@ -204,113 +288,104 @@ int main(int argc, char** argv) {
     const double bw = copy_bandwidth();
     std::printf("copy bandwidth (read+write): %.0f GB/s\n", bw / 1e9);
 
-    using qmm::kQmvNoDequant, qmm::kQmvNoMma, qmm::kQmvNoX, qmm::kQmvNoFlush;
-    const std::vector<Variant> vs = {
-        kernel_variant<1, 4, 3>("ntb1_d4"),  // the committed one-tile configuration: the reference
-        kernel_variant<2, 3, 3>("ntb2_d3"),  // the committed two-tile configuration
-        kernel_variant<2, 4, 2>("ntb2_d4_mb2"),
-        kernel_variant<1, 4, 4>("ntb1_d4_mb4"),
-        kernel_variant<1, 6, 3>("ntb1_d6"),
-        kernel_variant<2, 2, 3>("ntb2_d2"),
-        kernel_variant<1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
-        kernel_variant<1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
-        kernel_variant<1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
-        kernel_variant<1, 4, 3, kQmvNoFlush>("ablate_ntb1_noflush"),
-        kernel_variant<1, 4, 3, kQmvNoDequant | kQmvNoMma | kQmvNoX | kQmvNoFlush>("ablate_ntb1_all"),
-        kernel_variant<2, 3, 3, kQmvNoDequant>("ablate_ntb2_nodequant"),
-        kernel_variant<2, 3, 3, kQmvNoMma>("ablate_ntb2_nomma"),
-        kernel_variant<2, 3, 3, kQmvNoX>("ablate_ntb2_nox"),
-        kernel_variant<2, 3, 3, kQmvNoFlush>("ablate_ntb2_noflush"),
-        {"loads_ntb1_d4", false, loads_only<1, 4>, 1, 0, false},
-        {"loads_ntb2_d3", false, loads_only<2, 3>, 2, 0, false},
-        {"loads_ntb1_d8", false, loads_only<1, 8>, 1, 0, false},
-        {"flat_4xsm", false, flat_read, 0, 4 * sms, false},
-        {"flat_8xsm", false, flat_read, 0, 8 * sms, false},
-    };
     struct Shape {
         const char* name;
         int N, K;
     };
     const Shape shapes[] = {{"gate_up", 34816, 5120}, {"down", 5120, 17408},  {"q_gate", 12288, 5120},
                             {"gdn_qkv", 10240, 5120}, {"o_proj", 5120, 6144}, {"lm_head", 248320, 5120}};
+    const std::vector<Group> gs = groups(sms);
 
+    constexpr int kMaxN = 248320, kMaxK = 17408, kRows = 4;
     uint16_t* x = nullptr;
     float *y = nullptr, *yref = nullptr;
-    check(cudaMalloc(&x, 17408 * 2), "cudaMalloc");
-    check(cudaMalloc(&y, 248320 * 4), "cudaMalloc");
-    check(cudaMalloc(&yref, 248320 * 4), "cudaMalloc");
-    fill_x<<<64, 256>>>(x, 17408, 7);
-    std::vector<float> h(248320), href(248320);
+    check(cudaMalloc(&x, static_cast<size_t>(kRows) * kMaxK * 2), "cudaMalloc");
+    check(cudaMalloc(&y, static_cast<size_t>(kRows) * kMaxN * 4), "cudaMalloc");
+    check(cudaMalloc(&yref, static_cast<size_t>(kRows) * kMaxN * 4), "cudaMalloc");
+    std::vector<float> h(static_cast<size_t>(kRows) * kMaxN), href(h.size());
     std::string metrics, ratios;
     char buf[256];
     int mismatches = 0;
-    for (const Shape& sh : shapes) {
-        const int NT = (sh.N + 15) / 16, KC = (sh.K + 63) / 64, G = (sh.K + 127) / 128;
-        const size_t nw = static_cast<size_t>(NT) * KC * 128, ns = static_cast<size_t>(G) * NT * 16;
-        const size_t one = nw * 4 + ns * 2;
-        const int copies = static_cast<int>((400ull << 20) / one + 1);
-        std::vector<uint32_t*> W(static_cast<size_t>(copies));
-        std::vector<__half*> S(static_cast<size_t>(copies));
-        for (int c = 0; c < copies; ++c) {
-            check(cudaMalloc(&W[static_cast<size_t>(c)], nw * 4), "cudaMalloc");
-            check(cudaMalloc(&S[static_cast<size_t>(c)], ns * 2), "cudaMalloc");
-            fill_words<<<1024, 256>>>(W[static_cast<size_t>(c)], nw, 100u + static_cast<uint32_t>(c));
-            fill_scales<<<256, 256>>>(S[static_cast<size_t>(c)], ns, 200u + static_cast<uint32_t>(c));
-        }
-        check(cudaDeviceSynchronize(), "fill");
-        Args a{};
-        a.sdt = grimoire::cuda::kF16, a.x = x, a.ldx = (sh.K + 7) / 8 * 8, a.ydt = grimoire::cuda::kF32;
-        a.N = sh.N, a.K = sh.K, a.NT = NT, a.KC = KC, a.G = G, a.gs = 128, a.NP = NT * 16, a.M = 1, a.gpc = 1;
-        a.ssz = 2;
-        for (size_t vi = 0; vi < vs.size(); ++vi) {
-            const Variant& v = vs[vi];
-            if (vi != 0 && !only.empty() && v.name.find(only) == std::string::npos) continue;
-            a.words = W[0], a.scales = S[0], a.y = vi == 0 ? yref : y;
-            check(cudaMemset(a.y, 0xFF, static_cast<size_t>(sh.N) * 4), "memset");
-            run(v, a);
-            check(cudaDeviceSynchronize(), v.name.c_str());
-            bool same = true;
-            if (vi != 0 && v.exact) {
-                check(cudaMemcpy(h.data(), y, static_cast<size_t>(sh.N) * 4, cudaMemcpyDeviceToHost), "copy");
-                check(cudaMemcpy(href.data(), yref, static_cast<size_t>(sh.N) * 4, cudaMemcpyDeviceToHost),
-                      "copy");
-                for (int i = 0; i < sh.N; ++i)
-                    same = same && h[static_cast<size_t>(i)] == href[static_cast<size_t>(i)];
-                mismatches += same ? 0 : 1;
+    for (const Group& grp : gs) {
+        for (const Shape& sh : shapes) {
+            const int NT = (sh.N + 15) / 16, KC = (sh.K + 63) / 64, G = (sh.K + 127) / 128;
+            // INT4: [NT*KC][32 lanes][4 words] + F16 scales [G][NT*16]; FP8: twice the words, f32
+            // [N/128][K/128].
+            const size_t nw = static_cast<size_t>(NT) * KC * (grp.fp8 ? 256 : 128);
+            const size_t ns =
+                grp.fp8 ? static_cast<size_t>((sh.N + 127) / 128) * G : static_cast<size_t>(G) * NT * 16;
+            const size_t one = nw * 4 + ns * (grp.fp8 ? 4 : 2);
+            const int copies = static_cast<int>((400ull << 20) / one + 1);
+            std::vector<uint32_t*> W(static_cast<size_t>(copies));
+            std::vector<void*> S(static_cast<size_t>(copies));
+            for (size_t c = 0; c < W.size(); ++c) {
+                check(cudaMalloc(&W[c], nw * 4), "cudaMalloc");
+                check(cudaMalloc(&S[c], ns * (grp.fp8 ? 4 : 2)), "cudaMalloc");
+                // FP8 bytes with bit 6 clear: finite values of moderate size (no NaN encodings).
+                fill_words<<<1024, 256>>>(W[c], nw, 100u + static_cast<uint32_t>(c),
+                                          grp.fp8 ? 0xBFBFBFBFu : ~0u);
+                if (grp.fp8)
+                    fill_f32<<<256, 256>>>(static_cast<float*>(S[c]), ns, 200u + static_cast<uint32_t>(c));
+                else
+                    fill_scales<<<256, 256>>>(static_cast<__half*>(S[c]), ns,
+                                              200u + static_cast<uint32_t>(c));
             }
-            const int reps = std::max(40, 3 * copies);
-            for (int i = 0; i < 3; ++i) {
-                a.words = W[static_cast<size_t>(i % copies)], a.scales = S[static_cast<size_t>(i % copies)];
+            fill_x<<<64, 256>>>(x, static_cast<size_t>(grp.M) * ((sh.K + 7) / 8 * 8), 7);
+            check(cudaDeviceSynchronize(), "fill");
+            Args a{};
+            a.x = x, a.ldx = (sh.K + 7) / 8 * 8, a.ydt = grimoire::cuda::kF32, a.M = grp.M, a.gpc = 1;
+            a.N = sh.N, a.K = sh.K, a.NT = NT, a.KC = KC, a.G = G, a.gs = 128;
+            if (grp.fp8)
+                a.sdt = grimoire::cuda::kF32, a.ssz = 4, a.bn = 128, a.SG = G;
+            else
+                a.sdt = grimoire::cuda::kF16, a.ssz = 2, a.NP = NT * 16;
+            const size_t ny = static_cast<size_t>(grp.M) * static_cast<size_t>(sh.N);
+            for (size_t vi = 0; vi < grp.vs.size(); ++vi) {
+                const Variant& v = grp.vs[vi];
+                const std::string tag = std::string(grp.name) + "_" + sh.name + "_" + v.name;
+                if (vi != 0 && !only.empty() && tag.find(only) == std::string::npos) continue;
+                a.words = W[0], a.scales = S[0], a.y = vi == 0 ? yref : y;
+                check(cudaMemset(a.y, 0xFF, ny * 4), "memset");
                 run(v, a);
+                check(cudaDeviceSynchronize(), tag.c_str());
+                bool same = true;
+                if (vi != 0 && v.exact) {
+                    check(cudaMemcpy(h.data(), y, ny * 4, cudaMemcpyDeviceToHost), "copy");
+                    check(cudaMemcpy(href.data(), yref, ny * 4, cudaMemcpyDeviceToHost), "copy");
+                    for (size_t i = 0; i < ny; ++i) same = same && h[i] == href[i];
+                    mismatches += same ? 0 : 1;
+                }
+                const int reps = std::max(40, 3 * copies);
+                auto rotate = [&](int i) {
+                    a.words = W[static_cast<size_t>(i % copies)],
+                    a.scales = S[static_cast<size_t>(i % copies)];
+                };
+                for (int i = 0; i < 3; ++i) rotate(i), run(v, a);
+                cudaEvent_t e0, e1;
+                cudaEventCreate(&e0), cudaEventCreate(&e1);
+                cudaEventRecord(e0);
+                for (int i = 0; i < reps; ++i) rotate(i), run(v, a);
+                cudaEventRecord(e1);
+                check(cudaEventSynchronize(e1), "timing");
+                float ms = 0;
+                cudaEventElapsedTime(&ms, e0, e1);
+                cudaEventDestroy(e0), cudaEventDestroy(e1);
+                const double us = static_cast<double>(ms) * 1e3 / reps;
+                const double r = static_cast<double>(one) / (us * 1e-6) / bw;
+                std::printf("%-8s %-8s %-24s %9.2f us  %.3f of copy%s\n", grp.name, sh.name, v.name.c_str(),
+                            us, r,
+                            vi == 0 || !v.exact ? ""
+                            : same              ? "  (= reference)"
+                                                : "  MISMATCH");
+                std::fflush(stdout);
+                std::snprintf(buf, sizeof buf, ",\n    \"%s_us\": %.3f", tag.c_str(), us);
+                metrics += buf;
+                std::snprintf(buf, sizeof buf, "%s\n    \"%s_bw\": %.4f", ratios.empty() ? "" : ",",
+                              tag.c_str(), r);
+                ratios += buf;
             }
-            cudaEvent_t e0, e1;
-            cudaEventCreate(&e0), cudaEventCreate(&e1);
-            cudaEventRecord(e0);
-            for (int i = 0; i < reps; ++i) {
-                a.words = W[static_cast<size_t>(i % copies)], a.scales = S[static_cast<size_t>(i % copies)];
-                run(v, a);
-            }
-            cudaEventRecord(e1);
-            check(cudaEventSynchronize(e1), "timing");
-            float ms = 0;
-            cudaEventElapsedTime(&ms, e0, e1);
-            cudaEventDestroy(e0), cudaEventDestroy(e1);
-            const double us = static_cast<double>(ms) * 1e3 / reps,
-                         r = static_cast<double>(one) / (us * 1e-6) / bw;
-            std::printf("%-8s %-24s %9.2f us  %.3f of copy%s\n", sh.name, v.name.c_str(), us, r,
-                        vi == 0 || !v.exact ? ""
-                        : same              ? "  (= reference)"
-                                            : "  MISMATCH");
-            std::fflush(stdout);
-            std::snprintf(buf, sizeof buf, "%s\n    \"%s_%s_us\": %.3f", metrics.empty() ? "" : ",", sh.name,
-                          v.name.c_str(), us);
-            metrics += buf;
-            std::snprintf(buf, sizeof buf, "%s\n    \"%s_%s_bw\": %.4f", ratios.empty() ? "" : ",", sh.name,
-                          v.name.c_str(), r);
-            ratios += buf;
+            for (size_t c = 0; c < W.size(); ++c) cudaFree(W[c]), cudaFree(S[c]);
         }
-        for (int c = 0; c < copies; ++c)
-            cudaFree(W[static_cast<size_t>(c)]), cudaFree(S[static_cast<size_t>(c)]);
     }
     if (!out_path.empty()) {
         cudaDeviceProp prop{};
@@ -323,7 +398,7 @@ int main(int argc, char** argv) {
         std::fprintf(
             f,
             "{\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n  \"card\": \"%s\",\n  \"command\": \"%s\",\n"
-            "  \"metrics\": {\n    \"copy_bandwidth_GBps\": %.1f,%s\n  },\n  \"ratios\": {%s\n  }\n}\n",
+            "  \"metrics\": {\n    \"copy_bandwidth_GBps\": %.1f%s\n  },\n  \"ratios\": {%s\n  }\n}\n",
             date, commit.c_str(), prop.name, command.c_str(), bw / 1e9, metrics.c_str(), ratios.c_str());
         std::fclose(f);
     }
