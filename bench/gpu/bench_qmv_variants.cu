@@ -162,22 +162,24 @@ struct Variant {
     void (*kernel)(Args);
     int ntb;     // n-tiles per block (0: flat read)
     int blocks;  // flat read grid
-    bool xsmem;  // stages x in shared memory (qmv_smem)
+    int smem;    // 0: none, 1: qmv_smem (x staged), 2: qmv_smem_ssm (x and the scale table)
 };
 
 // FP8 and INT4 symmetric with 2-byte scales (INT4) / f32 (FP8); MULTI: the 2..4-row form.
-template <bool FP8, bool MULTI, int NTB, int D, int MINB, int ABL = 0>
+template <bool FP8, bool MULTI, int NTB, int D, int MINB, int ABL = 0, bool SSM = false>
 Variant kernel_variant(const char* name) {
-    auto k = qmm::qmv_kernel < FP8, false, FP8 ? 4 : 2, NTB, D, MINB, MULTI, ABL > ;
+    constexpr int kScaleBytes = FP8 ? 4 : 2;
+    auto k = qmm::qmv_kernel<FP8, false, kScaleBytes, NTB, D, MINB, MULTI, ABL, SSM>;
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(qmm::kQmvMaxSmem)),
           "smem attribute");
-    return {name, ABL == 0, k, NTB, 0, !MULTI};
+    return {name, ABL == 0, k, NTB, 0, SSM ? 2 : MULTI ? 0 : 1};
 }
 
 void run(const Variant& v, const Args& a) {
     if (v.ntb == 0) return launch(v.kernel, v.blocks, 0, a);
-    launch(v.kernel, (a.NT + v.ntb - 1) / v.ntb, v.xsmem ? qmm::qmv_smem(a) : 0, a);
+    const size_t smem = v.smem == 2 ? qmm::qmv_smem_ssm(a, v.ntb, false) : v.smem == 1 ? qmm::qmv_smem(a) : 0;
+    launch(v.kernel, (a.NT + v.ntb - 1) / v.ntb, smem, a);
 }
 
 // One format and row count; its first variant is the reference of the exact ones.
@@ -203,6 +205,11 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, false, 1, 4, 4>("ntb1_d4_mb4"),
                      kernel_variant<false, false, 1, 6, 3>("ntb1_d6"),
                      kernel_variant<false, false, 2, 2, 3>("ntb2_d2"),
+                     kernel_variant<false, false, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
+                     kernel_variant<false, false, 2, 3, 3, 0, true>("ssm_ntb2_d3"),
+                     kernel_variant<false, false, 1, 6, 3, 0, true>("ssm_ntb1_d6"),
+                     kernel_variant<false, false, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
+                     kernel_variant<false, false, 4, 2, 3, 0, true>("ssm_ntb4_d2"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
@@ -212,11 +219,11 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, false, 2, 3, 3, kQmvNoMma>("ablate_ntb2_nomma"),
                      kernel_variant<false, false, 2, 3, 3, kQmvNoX>("ablate_ntb2_nox"),
                      kernel_variant<false, false, 2, 3, 3, kQmvNoFlush>("ablate_ntb2_noflush"),
-                     {"loads_ntb1_d4", false, loads_only<1, 4>, 1, 0, false},
-                     {"loads_ntb2_d3", false, loads_only<2, 3>, 2, 0, false},
-                     {"loads_ntb1_d8", false, loads_only<1, 8>, 1, 0, false},
-                     {"flat_4xsm", false, flat_read, 0, 4 * sms, false},
-                     {"flat_8xsm", false, flat_read, 0, 8 * sms, false},
+                     {"loads_ntb1_d4", false, loads_only<1, 4>, 1, 0, 0},
+                     {"loads_ntb2_d3", false, loads_only<2, 3>, 2, 0, 0},
+                     {"loads_ntb1_d8", false, loads_only<1, 8>, 1, 0, 0},
+                     {"flat_4xsm", false, flat_read, 0, 4 * sms, 0},
+                     {"flat_8xsm", false, flat_read, 0, 8 * sms, 0},
                  }});
     g.push_back(
         {"int4_m4",
@@ -226,6 +233,8 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 1, 4, 3>("ntb1_d4"),  // qmm.cu's configurations for 2..4 rows
              kernel_variant<false, true, 2, 3, 3>("ntb2_d3"),
              kernel_variant<false, true, 2, 4, 2>("ntb2_d4_mb2"),
+             kernel_variant<false, true, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
+             kernel_variant<false, true, 2, 3, 3, 0, true>("ssm_ntb2_d3"),
              kernel_variant<false, true, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
              kernel_variant<false, true, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
              kernel_variant<false, true, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
@@ -238,12 +247,15 @@ std::vector<Group> groups(int sms) {
                          "ntb1_d4"),  // qmm.cu's FP8 configurations (2 chunks in flight)
                      kernel_variant<true, false, 2, 3, 3>("ntb2_d3"),
                      kernel_variant<true, false, 1, 6, 3>("ntb1_d6"),
+                     kernel_variant<true, false, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
+                     kernel_variant<true, false, 2, 3, 3, 0, true>("ssm_ntb2_d3"),
+                     kernel_variant<true, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
-                     {"loads_ntb1_d2", false, loads_only<1, 2, 2>, 1, 0, false},
-                     {"loads_ntb1_d4", false, loads_only<1, 4, 2>, 1, 0, false},
-                     {"flat_8xsm", false, flat_read, 0, 8 * sms, false},
+                     {"loads_ntb1_d2", false, loads_only<1, 2, 2>, 1, 0, 0},
+                     {"loads_ntb1_d4", false, loads_only<1, 4, 2>, 1, 0, 0},
+                     {"flat_8xsm", false, flat_read, 0, 8 * sms, 0},
                  }});
     return g;
 }

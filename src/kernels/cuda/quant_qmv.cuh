@@ -35,8 +35,20 @@ constexpr int kQmvMaxM = 4;
 // Dynamic shared memory: x for every chunk of the one row (BF16, K rounded up to 64); none for 2..4 rows. The
 // launcher allows kQmvMaxSmem (K up to ~100k channels); a longer row takes the M <= 16 kernels.
 constexpr size_t kQmvMaxSmem = 200 * 1024;
-inline size_t qmv_smem(const Args& a) {
+__host__ __device__ inline size_t qmv_smem(const Args& a) {
     return a.M == 1 ? static_cast<size_t>(a.KC) * 64 * 2 : 0;
+}
+// Chunks per scale group (one group: all of K) and the groups along K.
+__host__ __device__ inline int qmv_cpg(const Args& a) {
+    return a.G <= 1 ? a.KC : max(1, a.gs / 64);
+}
+__host__ __device__ inline int qmv_groups(const Args& a) {
+    return (a.KC + qmv_cpg(a) - 1) / qmv_cpg(a);
+}
+// With SSM (scales staged): after x, the block's scales as f32 [groups][NTB * 16] and, asymmetric, the BF16x2
+// of 128 + z [groups][NTB * 16].
+inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym) {
+    return qmv_smem(a) + static_cast<size_t>(qmv_groups(a)) * ntb * 16 * 4 * (asym ? 2 : 1);
 }
 
 // SSZ: bytes per scale (FP8 and F32 scales 4, F16 / BF16 2). NTB: n-tiles per block. DEPTH: chunks of INT4
@@ -44,9 +56,22 @@ inline size_t qmv_smem(const Args& a) {
 // as many). MINB: blocks per SM the registers must allow. MULTI: 2..4 rows, token r in the B operand's column
 // r, x read through L1 (else one row, x staged in shared memory). ABL: benchmark ablations only
 // (bench/gpu/bench_qmv_variants.cu; results are wrong, the time is what is read), a mask of kQmvNoDequant,
-// kQmvNoMma, kQmvNoX and kQmvNoFlush; qmm.cu always launches ABL = 0.
+// kQmvNoMma, kQmvNoX and kQmvNoFlush; qmm.cu always launches ABL = 0. SSM: the block stages its n-tiles'
+// scales (f32) and zero points for every group in shared memory once, before the programmatic-launch wait
+// (qmv_smem_ssm), so the per-chunk path loads only weights and the group flush reads its scales from shared
+// memory; without it every group's scale (and every chunk's zero point) is a global load with its own
+// address arithmetic, issued with the weights (the committed path; SSM is measured by
+// bench/gpu/bench_qmv_variants.cu before it replaces it).
 enum : int { kQmvNoDequant = 1, kQmvNoMma = 2, kQmvNoX = 4, kQmvNoFlush = 8 };
-template <bool FP8, bool ASYM, int SSZ, int NTB, int DEPTH, int MINB, bool MULTI, int ABL = 0>
+template <bool FP8,
+          bool ASYM,
+          int SSZ,
+          int NTB,
+          int DEPTH,
+          int MINB,
+          bool MULTI,
+          int ABL = 0,
+          bool SSM = false>
 __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int VEC = vec(FP8);
     constexpr int DI = MULTI && NTB == 2 ? DEPTH - 1 : DEPTH;  // 2..4 rows: two more accumulators per n-tile
@@ -59,7 +84,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     const int g = lane >> 2, t = lane & 3;
     const int KC = a.KC;
     const int c0 = warp * KC / kQmvWarps, c1 = (warp + 1) * KC / kQmvWarps;  // this warp's chunks
-    const int cpg = a.G <= 1 ? KC : max(1, a.gs / 64);                       // chunks per scale group
+    const int cpg = qmv_cpg(a);                                              // chunks per scale group
     const uint4* wb = reinterpret_cast<const uint4*>(a.words);
     // Load cursor: the next chunk lc to load (its group lgrp, lrem chunks left in it) and the lane's weight
     // pointer per n-tile, which moves by one chunk row of tiles per load (quant/tile_layout.h: chunk-major).
@@ -96,15 +121,44 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 #pragma unroll
             for (int u = 0; u < VEC; ++u) wq[s][j][u] = ld_stream(wp[j] + u);
             wp[j] += wstride;
-            if (last) slo[s][j] = __ldg(sbase + gb + so_lo[j]), shi[s][j] = __ldg(sbase + gb + so_hi[j]);
-            if constexpr (ASYM)
-                zr[s][j] = __ldg(a.zeros + gb + so_lo[j]) | (__ldg(a.zeros + gb + so_hi[j]) << 8);
+            if constexpr (!SSM) {
+                if (last) slo[s][j] = __ldg(sbase + gb + so_lo[j]), shi[s][j] = __ldg(sbase + gb + so_hi[j]);
+                if constexpr (ASYM)
+                    zr[s][j] = __ldg(a.zeros + gb + so_lo[j]) | (__ldg(a.zeros + gb + so_hi[j]) << 8);
+            }
         }
         ++lc;
-        if (--lrem == 0) lrem = cpg, ++lgrp;
+        if constexpr (!SSM) {
+            if (--lrem == 0) lrem = cpg, ++lgrp;
+        }
     };
 #pragma unroll
     for (int s = 0; s < D; ++s) load(s);
+    auto to_f = [&](uint32_t bits) {
+        if constexpr (SSZ == 4)
+            return __uint_as_float(bits);
+        else {
+            if (a.sdt == kF16) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+            return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
+        }
+    };
+    // SSM: the block's scale (and zero point) table; it does not depend on the previous kernel.
+    constexpr int BW = NTB * 16;  // rows per group row of the table
+    float* sst = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_u4) + qmv_smem(a));
+    uint32_t* zst = reinterpret_cast<uint32_t*>(sst + qmv_groups(a) * BW);
+    if constexpr (SSM) {
+        for (int i = static_cast<int>(threadIdx.x); i < qmv_groups(a) * BW; i += kQmvThreads) {
+            const int grp = i / BW, r = i - grp * BW;
+            const int nt = min(static_cast<int>(blockIdx.x) * NTB + (r >> 4), a.NT - 1);
+            const int row = min(nt * 16 + (r & 15), a.N - 1);
+            if constexpr (FP8)
+                sst[i] = static_cast<const float*>(a.scales)[row / a.bn * a.SG + grp];
+            else
+                sst[i] = to_f(__ldg(sbase + static_cast<int64_t>(grp) * a.NP + row));
+            if constexpr (ASYM)
+                zst[i] = (0x4300u + __ldg(a.zeros + static_cast<int64_t>(grp) * a.NP + row)) * 0x10001u;
+        }
+    }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");  // x comes from the previous kernel
 #endif
@@ -118,21 +172,13 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             if (p * 8 < a.ldx) v = *reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(p) * 8);
             smem_u4[p] = v;
         }
-        __syncwarp();
+        if constexpr (!SSM) __syncwarp();
     }
+    if constexpr (SSM) __syncthreads();  // the scale table (and each warp's x) is complete
     const char* xs = reinterpret_cast<const char*>(smem_u4);
     const bool row_ok = g < a.M;  // MULTI: the lane's B column (token g)
     const unsigned* xrow =
         reinterpret_cast<const unsigned*>(a.x + static_cast<int64_t>(row_ok ? g : 0) * a.ldx);
-
-    auto to_f = [&](uint32_t bits) {
-        if constexpr (SSZ == 4)
-            return __uint_as_float(bits);
-        else {
-            if (a.sdt == kF16) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-            return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
-        }
-    };
 
     constexpr int NA = MULTI ? 4 : 2;  // one row: columns 2t and 2t + 1 of C are equal, keep c0 / c2
     float acc[NTB][NA], cur[NTB][4];
@@ -143,6 +189,9 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         cur[j][0] = cur[j][1] = cur[j][2] = cur[j][3] = 0.0f;
     }
     int rem = cpg - c0 % cpg;  // chunks left in the current scale group
+    // SSM: row g of that group's table row (a running pointer: a loop-carried value is not recomputed).
+    const float* sgrp = sst + (c0 / cpg) * BW + g;
+    const uint32_t* zgrp = zst + (c0 / cpg) * BW + g;
     for (int cb = c0; cb < c1; cb += D) {
 #pragma unroll
         for (int s = 0; s < D; ++s) {
@@ -165,7 +214,9 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 #pragma unroll
             for (int j = 0; j < NTB; ++j) {
                 uint32_t zx = 0x43084308u, zy = 0x43084308u;  // BF16x2 of 128 + z (symmetric: z = 8)
-                if constexpr (ASYM) {
+                if constexpr (ASYM && SSM) {
+                    zx = zgrp[j * 16], zy = zgrp[j * 16 + 8];
+                } else if constexpr (ASYM) {
                     zx = (0x4300u + (zr[s][j] & 0xFFu)) * 0x10001u;
                     zy = (0x4300u + (zr[s][j] >> 8)) * 0x10001u;
                 }
@@ -190,7 +241,11 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             } else if (--rem == 0 || c + 1 == c1) {  // group end, or the warp's range ends inside the group
 #pragma unroll
                 for (int j = 0; j < NTB; ++j) {
-                    const float sl = to_f(slo[s][j]), sh = to_f(shi[s][j]);
+                    float sl, sh;
+                    if constexpr (SSM)
+                        sl = sgrp[j * 16], sh = sgrp[j * 16 + 8];
+                    else
+                        sl = to_f(slo[s][j]), sh = to_f(shi[s][j]);
                     if constexpr (MULTI) {
                         acc[j][0] += cur[j][0] * sl, acc[j][1] += cur[j][1] * sl;
                         acc[j][2] += cur[j][2] * sh, acc[j][3] += cur[j][3] * sh;
@@ -200,6 +255,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                     cur[j][0] = cur[j][1] = cur[j][2] = cur[j][3] = 0.0f;
                 }
                 rem = cpg;
+                sgrp += BW, zgrp += BW;
             }
             load(s);
         }
