@@ -208,6 +208,7 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, false, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
                      kernel_variant<false, false, 2, 3, 3, 0, true>("ssm_ntb2_d3"),
                      kernel_variant<false, false, 1, 6, 3, 0, true>("ssm_ntb1_d6"),
+                     kernel_variant<false, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
                      kernel_variant<false, false, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
                      kernel_variant<false, false, 4, 2, 3, 0, true>("ssm_ntb4_d2"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
