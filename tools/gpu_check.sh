@@ -6,6 +6,7 @@
 #   qwen35_27b_bf16.json       the benchmark record (bench/results/ format)
 #   quant_kernels.json, qwen35_27b_int4.json, qwen35_27b_fp8.json   the quantized-kernel and 27B INT4/FP8 records
 #   qmv_variants.json          the one-row kernel's variants, ablations and floors (bench/gpu/bench_qmv_variants.cu)
+#   *_ssm.json                 quant_kernels / qwen35_27b_int4 / _fp8 again with GRIMOIRE_QMV_SSM=1 (A/B)
 #   nvidia-smi.txt             the card as found
 #   run_<model>_<device>.txt   greedy ids of `grimoire run` on models/demo(-gptq-int4), CPU against CUDA
 #
@@ -60,6 +61,13 @@ for mode in 0 all; do
         --gtest_output="xml:$OUT/test_cuda_quant_tma_$mode.xml" || status=1
     echo "test_cuda_quant with GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=$mode done"
 done
+# The one-to-four-row kernel's staged-scale variant (GRIMOIRE_QMV_SSM=1, off by default until measured).
+for t in test_cuda_quant test_cuda_model; do
+    exe="$BUILD/tests/$t"
+    [ -x "$exe" ] || continue
+    GRIMOIRE_QMV_SSM=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/${t}_ssm.xml" || status=1
+    echo "$t with GRIMOIRE_QMV_SSM=1 done"
+done
 # The decode-step kernels launch with programmatic dependent launch on Hopper: also check them launched plainly.
 for t in test_cuda_decode_ops test_cuda_model; do
     exe="$BUILD/tests/$t"
@@ -102,5 +110,13 @@ for q in gptq fp8; do
     name=$([ "$q" = gptq ] && echo int4 || echo fp8)
     timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --quant "$q" --commit "$COMMIT" \
         --out "$OUT/qwen35_27b_$name.json" || status=1
+done
+echo "== the same with GRIMOIRE_QMV_SSM=1 (the staged-scale one-to-four-row kernel), for the A/B in one call"
+GRIMOIRE_QMV_SSM=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --commit "$COMMIT" \
+    --out "$OUT/quant_kernels_ssm.json" || status=1
+for q in gptq fp8; do
+    name=$([ "$q" = gptq ] && echo int4 || echo fp8)
+    GRIMOIRE_QMV_SSM=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --quant "$q" \
+        --commit "$COMMIT" --out "$OUT/qwen35_27b_${name}_ssm.json" || status=1
 done
 exit $status

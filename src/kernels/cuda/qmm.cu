@@ -115,9 +115,27 @@ bool use_qmv(bool fp8) {
     return (mode >> (fp8 ? 1 : 0)) & 1;
 }
 
+// GRIMOIRE_QMV_SSM=1: the one-to-four-row kernel with its scale table staged in shared memory (quant_qmv.cuh
+// SSM), an A/B switch until the H200 has measured it (bench/gpu/bench_qmv_variants.cu, docs/BENCHMARKS.md
+// session 8); off by default.
+bool use_qmv_ssm() {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_QMV_SSM");
+        return e && std::string(e) == "1";
+    }();
+    return on;
+}
+
+// The launch's dynamic shared memory (qmv_smem, or with the staged scale table for at most two n-tiles).
+size_t qmv_launch_smem(const qmm::Args& a, bool asym) {
+    return use_qmv_ssm() ? qmm::qmv_smem_ssm(a, 2, asym) : qmm::qmv_smem(a);
+}
+
 template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI>
 void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
-    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI>;
+    const bool ssm = use_qmv_ssm();
+    auto kernel = ssm ? qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, 0, true>
+                      : qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI>;
     static const bool attr_set = [&] {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(qmm::kQmvMaxSmem));
@@ -125,7 +143,8 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     }();
     (void)attr_set;
     const int blocks = (a.NT + NTB - 1) / NTB;
-    launch_ex(kernel, a, blocks, qmm::kQmvThreads, qmm::qmv_smem(a), device_is_hopper(), s);
+    const size_t smem = ssm ? qmm::qmv_smem_ssm(a, NTB, ASYM) : qmm::qmv_smem(a);
+    launch_ex(kernel, a, blocks, qmm::kQmvThreads, smem, device_is_hopper(), s);
 }
 
 // One block per NTB n-tiles over all of K: NTB = 2 when the weight has at least 8 n-tiles per SM (four
@@ -168,7 +187,8 @@ template <bool FP8, int MT, bool ASYM, int GK>
 void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_t s) {
     if constexpr (MT == 1 && GK == 0) {
         // Forced grids are the tests of the split reduction.
-        if (forced_blocks <= 0 && use_qmv(FP8) && qmv_takes(a, FP8) && qmm::qmv_smem(a) <= qmm::kQmvMaxSmem)
+        if (forced_blocks <= 0 && use_qmv(FP8) && qmv_takes(a, FP8) &&
+            qmv_launch_smem(a, ASYM) <= qmm::kQmvMaxSmem)
             return launch_qmv<FP8, ASYM>(a, s);
     }
     // The kernel body exists only in sm_90 code: a binary built without it keeps the cp.async kernel.
