@@ -51,30 +51,29 @@ for t in $(cd tests/gpu && ls test_*.cpp | sed 's/\.cpp$//'); do
     timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/$t.xml" || status=1
     echo "$t: $((SECONDS - start)) s"
 done
+# rerun TAG VAR=VALUE... -- TEST...: the GPU tests named, again with the environment given (results $t_TAG.xml).
+rerun() {
+    local tag=$1 envs=() t exe
+    shift
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    for t in "$@"; do
+        exe="$BUILD/tests/$t"
+        [ -x "$exe" ] || continue
+        env "${envs[@]}" timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/${t}_$tag.xml" ||
+            status=1
+        echo "$t with ${envs[*]} done"
+    done
+}
 # The quantized tests again with each M <= 16 kernel forced: by default M = 1..4 take the one-to-four-row kernel
 # (quant_qmv.cuh), larger M FP8 the Hopper kernel on sm_90 and INT4 the cp.async one. GRIMOIRE_QMV=0 sends M = 1..4
 # to the M <= 16 kernels too, and GRIMOIRE_QMM_TMA picks between those.
-for mode in 0 all; do
-    exe="$BUILD/tests/test_cuda_quant"
-    [ -x "$exe" ] || continue
-    GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=$mode timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" \
-        --gtest_output="xml:$OUT/test_cuda_quant_tma_$mode.xml" || status=1
-    echo "test_cuda_quant with GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=$mode done"
-done
+rerun tma_0 GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=0 -- test_cuda_quant
+rerun tma_all GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=all -- test_cuda_quant
 # The one-to-four-row kernel's staged-scale variant (GRIMOIRE_QMV_SSM=1, off by default until measured).
-for t in test_cuda_quant test_cuda_model; do
-    exe="$BUILD/tests/$t"
-    [ -x "$exe" ] || continue
-    GRIMOIRE_QMV_SSM=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/${t}_ssm.xml" || status=1
-    echo "$t with GRIMOIRE_QMV_SSM=1 done"
-done
+rerun ssm GRIMOIRE_QMV_SSM=1 -- test_cuda_quant test_cuda_model
 # The decode-step kernels launch with programmatic dependent launch on Hopper: also check them launched plainly.
-for t in test_cuda_decode_ops test_cuda_model; do
-    exe="$BUILD/tests/$t"
-    [ -x "$exe" ] || continue
-    GRIMOIRE_PDL=0 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/${t}_pdl0.xml" || status=1
-    echo "$t with GRIMOIRE_PDL=0 done"
-done
+rerun pdl0 GRIMOIRE_PDL=0 -- test_cuda_decode_ops test_cuda_model
 # One XML file back instead of one per executable.
 cat "$OUT"/test_*.xml > "$OUT/gpu_tests.xml" 2>/dev/null && rm -f "$OUT"/test_*.xml
 
