@@ -7,6 +7,7 @@
 #   quant_kernels.json, qwen35_27b_int4.json, qwen35_27b_fp8.json   the quantized-kernel and 27B INT4/FP8 records
 #   qmv_variants.json          the one-row kernel's variants, ablations and floors (bench/gpu/bench_qmv_variants.cu)
 #   *_ssm.json                 quant_kernels / qwen35_27b_int4 / _fp8 again with GRIMOIRE_QMV_SSM=1 (A/B)
+#   dequant_variants.json      the prefill dequantization pass's variants (bench/gpu/bench_dequant_variants.cu)
 #   nvidia-smi.txt             the card as found
 #   run_<model>_<device>.txt   greedy ids of `grimoire run` on models/demo(-gptq-int4), CPU against CUDA
 #
@@ -24,7 +25,7 @@ exec > >(tee -a "$LOG") 2>&1
 BUILD=${GRIMOIRE_PREBUILT:-build/cuda}
 if [ -z "${GRIMOIRE_PREBUILT:-}" ]; then
     cmake --preset cuda -DGRIMOIRE_WERROR=ON || exit 1
-    cmake --build "$BUILD" --target grimoire bench_qwen35_27b bench_quant_kernels bench_qmv_variants \
+    cmake --build "$BUILD" --target grimoire bench_qwen35_27b bench_quant_kernels bench_qmv_variants bench_dequant_variants \
         $(cd tests/gpu && ls test_*.cpp | sed 's/\.cpp$//') -j"$(nproc)" || exit 1
 fi
 export LD_LIBRARY_PATH="${GRIMOIRE_PREBUILT_LIBS:+$GRIMOIRE_PREBUILT_LIBS:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -105,6 +106,9 @@ timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --anchor "$
 echo "== one-row INT4 kernel variants, ablations and load-only floors (timing; exact variants checked bit for bit)"
 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" --commit "$COMMIT" --out "$OUT/qmv_variants.json" ||
     status=1
+echo "== the prefill path's dequantization pass: variants, alone and with the cuBLAS GEMM at M = 512"
+timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_dequant_variants" --commit "$COMMIT" \
+    --out "$OUT/dequant_variants.json" || status=1
 for q in gptq fp8; do
     name=$([ "$q" = gptq ] && echo int4 || echo fp8)
     timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --quant "$q" --commit "$COMMIT" \

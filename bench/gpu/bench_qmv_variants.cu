@@ -21,27 +21,24 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <string>
 #include <vector>
 
+#include "bench_timing.h"
 #include "kernels/cuda/quant_qmv.cuh"
 
 namespace qmm = grimoire::cuda::qmm;
+using grimoire::bench::add_entry;
+using grimoire::bench::check;
+using grimoire::bench::copy_bandwidth;
+using grimoire::bench::time_ms;
+using grimoire::bench::write_record_text;
 using qmm::Args;
 
 namespace {
-
-void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-        std::exit(1);
-    }
-}
 
 __device__ uint32_t mix(uint64_t i, uint32_t seed) {
     uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
@@ -261,27 +258,9 @@ std::vector<Group> groups(int sms) {
     return g;
 }
 
-double copy_bandwidth() {
-    const size_t n = 2ull << 30;
-    void *p = nullptr, *q = nullptr;
-    check(cudaMalloc(&p, n), "cudaMalloc");
-    check(cudaMalloc(&q, n), "cudaMalloc");
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    for (int i = 0; i < 2; ++i) cudaMemcpyAsync(q, p, n, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e0);
-    for (int i = 0; i < 10; ++i) cudaMemcpyAsync(q, p, n, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1);
-    check(cudaEventSynchronize(e1), "copy");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    cudaFree(p), cudaFree(q);
-    return 2.0 * static_cast<double>(n) * 10 / (ms * 1e-3);
-}
-
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_bench(int argc, char** argv) {
     std::string out_path, commit = "unknown", only, command = "bench_qmv_variants";
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -317,7 +296,6 @@ int main(int argc, char** argv) {
     check(cudaMalloc(&yref, static_cast<size_t>(kRows) * kMaxN * 4), "cudaMalloc");
     std::vector<float> h(static_cast<size_t>(kRows) * kMaxN), href(h.size());
     std::string metrics, ratios;
-    char buf[256];
     int mismatches = 0;
     for (const Group& grp : gs) {
         for (const Shape& sh : shapes) {
@@ -373,17 +351,12 @@ int main(int argc, char** argv) {
                     a.words = W[static_cast<size_t>(i % copies)],
                     a.scales = S[static_cast<size_t>(i % copies)];
                 };
-                for (int i = 0; i < 3; ++i) rotate(i), run(v, a);
-                cudaEvent_t e0, e1;
-                cudaEventCreate(&e0), cudaEventCreate(&e1);
-                cudaEventRecord(e0);
-                for (int i = 0; i < reps; ++i) rotate(i), run(v, a);
-                cudaEventRecord(e1);
-                check(cudaEventSynchronize(e1), "timing");
-                float ms = 0;
-                cudaEventElapsedTime(&ms, e0, e1);
-                cudaEventDestroy(e0), cudaEventDestroy(e1);
-                const double us = static_cast<double>(ms) * 1e3 / reps;
+                const double us = 1e3 * time_ms(
+                                            [&](int i) {
+                                                rotate(i);
+                                                run(v, a);
+                                            },
+                                            reps);
                 const double r = static_cast<double>(one) / (us * 1e-6) / bw;
                 std::printf("%-8s %-8s %-24s %9.2f us  %.3f of copy%s\n", grp.name, sh.name, v.name.c_str(),
                             us, r,
@@ -391,30 +364,22 @@ int main(int argc, char** argv) {
                             : same              ? "  (= reference)"
                                                 : "  MISMATCH");
                 std::fflush(stdout);
-                std::snprintf(buf, sizeof buf, ",\n    \"%s_us\": %.3f", tag.c_str(), us);
-                metrics += buf;
-                std::snprintf(buf, sizeof buf, "%s\n    \"%s_bw\": %.4f", ratios.empty() ? "" : ",",
-                              tag.c_str(), r);
-                ratios += buf;
+                add_entry(metrics, tag + "_us", us);
+                add_entry(ratios, tag + "_bw", r);
             }
             for (size_t c = 0; c < W.size(); ++c) cudaFree(W[c]), cudaFree(S[c]);
         }
     }
-    if (!out_path.empty()) {
-        cudaDeviceProp prop{};
-        cudaGetDeviceProperties(&prop, 0);
-        const auto tnow = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-        char date[32];
-        std::strftime(date, sizeof date, "%Y-%m-%dT%H:%MZ", std::gmtime(&tnow));
-        FILE* f = std::fopen(out_path.c_str(), "w");
-        if (!f) return 1;
-        std::fprintf(
-            f,
-            "{\n  \"date\": \"%s\",\n  \"commit\": \"%s\",\n  \"card\": \"%s\",\n  \"command\": \"%s\",\n"
-            "  \"metrics\": {\n    \"copy_bandwidth_GBps\": %.1f%s\n  },\n  \"ratios\": {%s\n  }\n}\n",
-            date, commit.c_str(), prop.name, command.c_str(), bw / 1e9, metrics.c_str(), ratios.c_str());
-        std::fclose(f);
-    }
+    if (!out_path.empty()) write_record_text(out_path, commit, command, bw, metrics, ratios);
     if (mismatches) std::printf("%d exact variants differ from the reference\n", mismatches);
     return mismatches ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+    try {
+        return run_bench(argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_qmv_variants: %s\n", e.what());
+        return 1;
+    }
 }
