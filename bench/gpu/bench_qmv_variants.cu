@@ -24,13 +24,20 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench_timing.h"
+#include "core/tensor.h"
+#include "kernels/cuda/quant.h"
 #include "kernels/cuda/quant_qmv.cuh"
 
+namespace gc = grimoire::cuda;
 namespace qmm = grimoire::cuda::qmm;
+using grimoire::DType;
+using grimoire::Tensor;
 using grimoire::bench::add_entry;
 using grimoire::bench::check;
 using grimoire::bench::copy_bandwidth;
@@ -160,20 +167,53 @@ struct Variant {
     int ntb;     // n-tiles per block (0: flat read)
     int blocks;  // flat read grid
     int smem;    // 0: none, 1: qmv_smem (x staged), 2: qmv_smem_ssm (x and the scale table)
+    // Set: the production entry point instead (cuda::qmm_int4 / qmm_fp8 through the library's dispatch).
+    std::function<void(const Args&)> library;
 };
 
 // FP8 and INT4 symmetric with 2-byte scales (INT4) / f32 (FP8); MULTI: the 2..4-row form.
-template <bool FP8, bool MULTI, int NTB, int D, int MINB, int ABL = 0, bool SSM = false>
+template <bool FP8,
+          bool MULTI,
+          int NTB,
+          int D,
+          int MINB,
+          int ABL = 0,
+          bool SSM = false,
+          int MAXM = qmm::kQmvMaxM>
 Variant kernel_variant(const char* name) {
     constexpr int kScaleBytes = FP8 ? 4 : 2;
-    auto k = qmm::qmv_kernel<FP8, false, kScaleBytes, NTB, D, MINB, MULTI, ABL, SSM>;
+    auto k = qmm::qmv_kernel<FP8, false, kScaleBytes, NTB, D, MINB, MULTI, ABL, SSM, MAXM>;
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(qmm::kQmvMaxSmem)),
           "smem attribute");
-    return {name, ABL == 0, k, NTB, 0, SSM ? 2 : MULTI ? 0 : 1};
+    return {name, ABL == 0, k, NTB, 0, SSM ? 2 : MULTI ? 0 : 1, {}};
+}
+
+// The library's INT4 entry point (symmetric g128, F16 scales) on the same weight: what qmm.cu dispatches at
+// this M (at 5..16 rows, the M <= 16 stream-K kernel). Not bit-comparable (another summation order).
+Variant library_int4(const char* name) {
+    auto ws = std::make_shared<gc::QmmWorkspace>();
+    return {name, false, nullptr, 1, 0, 0, [ws](const Args& a) {
+                if (!ws->partials) {
+                    size_t pb = 0;
+                    int nc = 0;
+                    gc::qmm_workspace_need(248320, 17408, &pb, &nc);
+                    check(cudaMalloc(&ws->partials, pb), "cudaMalloc");
+                    check(cudaMalloc(&ws->counters, static_cast<size_t>(nc) * 4), "cudaMalloc");
+                    check(cudaMemset(ws->counters, 0, static_cast<size_t>(nc) * 4), "memset");
+                    ws->partial_bytes = pb, ws->n_counters = nc;
+                }
+                gc::Int4Dev w;
+                w.words = a.words, w.scales = a.scales, w.scale_dtype = DType::F16;
+                w.N = a.N, w.K = a.K, w.G = a.G, w.group_size = a.gs, w.NT = a.NT, w.KC = a.KC;
+                const Tensor x(const_cast<uint16_t*>(a.x), DType::BF16, grimoire::Device::CUDA, {a.M, a.K});
+                Tensor y(a.y, DType::F32, grimoire::Device::CUDA, {a.M, a.N});
+                gc::qmm_int4(w, x, y, *ws, nullptr);
+            }};
 }
 
 void run(const Variant& v, const Args& a) {
+    if (v.library) return v.library(a);
     if (v.ntb == 0) return launch(v.kernel, v.blocks, 0, a);
     const size_t smem = v.smem == 2 ? qmm::qmv_smem_ssm(a, v.ntb, false) : v.smem == 1 ? qmm::qmv_smem(a) : 0;
     launch(v.kernel, (a.NT + v.ntb - 1) / v.ntb, smem, a);
@@ -217,11 +257,11 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, false, 2, 3, 3, kQmvNoMma>("ablate_ntb2_nomma"),
                      kernel_variant<false, false, 2, 3, 3, kQmvNoX>("ablate_ntb2_nox"),
                      kernel_variant<false, false, 2, 3, 3, kQmvNoFlush>("ablate_ntb2_noflush"),
-                     {"loads_ntb1_d4", false, loads_only<1, 4>, 1, 0, 0},
-                     {"loads_ntb2_d3", false, loads_only<2, 3>, 2, 0, 0},
-                     {"loads_ntb1_d8", false, loads_only<1, 8>, 1, 0, 0},
-                     {"flat_4xsm", false, flat_read, 0, 4 * sms, 0},
-                     {"flat_8xsm", false, flat_read, 0, 8 * sms, 0},
+                     {"loads_ntb1_d4", false, loads_only<1, 4>, 1, 0, 0, {}},
+                     {"loads_ntb2_d3", false, loads_only<2, 3>, 2, 0, 0, {}},
+                     {"loads_ntb1_d8", false, loads_only<1, 8>, 1, 0, 0, {}},
+                     {"flat_4xsm", false, flat_read, 0, 4 * sms, 0, {}},
+                     {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},
                  }});
     g.push_back(
         {"int4_m4",
@@ -237,6 +277,19 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
              kernel_variant<false, true, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
          }});
+    // 5..8 rows on the one-to-four-row kernel (block sums sized for 8), against the library's dispatch at M
+    // = 8.
+    g.push_back({"int4_m8",
+                 false,
+                 8,
+                 {
+                     kernel_variant<false, true, 1, 4, 3, 0, false, 8>("ntb1_d4"),
+                     kernel_variant<false, true, 2, 3, 3, 0, false, 8>("ntb2_d3"),
+                     kernel_variant<false, true, 1, 4, 3, 0, true, 8>("ssm_ntb1_d4"),
+                     kernel_variant<false, true, 2, 3, 3, 0, true, 8>("ssm_ntb2_d3"),
+                     kernel_variant<false, true, 2, 4, 3, 0, true, 8>("ssm_ntb2_d4"),
+                     library_int4("library"),
+                 }});
     g.push_back({"fp8_m1",
                  true,
                  1,
@@ -251,9 +304,9 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
-                     {"loads_ntb1_d2", false, loads_only<1, 2, 2>, 1, 0, 0},
-                     {"loads_ntb1_d4", false, loads_only<1, 4, 2>, 1, 0, 0},
-                     {"flat_8xsm", false, flat_read, 0, 8 * sms, 0},
+                     {"loads_ntb1_d2", false, loads_only<1, 2, 2>, 1, 0, 0, {}},
+                     {"loads_ntb1_d4", false, loads_only<1, 4, 2>, 1, 0, 0, {}},
+                     {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},
                  }});
     return g;
 }
@@ -288,7 +341,7 @@ static int run_bench(int argc, char** argv) {
                             {"gdn_qkv", 10240, 5120}, {"o_proj", 5120, 6144}, {"lm_head", 248320, 5120}};
     const std::vector<Group> gs = groups(sms);
 
-    constexpr int kMaxN = 248320, kMaxK = 17408, kRows = 4;
+    constexpr int kMaxN = 248320, kMaxK = 17408, kRows = 8;
     uint16_t* x = nullptr;
     float *y = nullptr, *yref = nullptr;
     check(cudaMalloc(&x, static_cast<size_t>(kRows) * kMaxK * 2), "cudaMalloc");

@@ -61,7 +61,8 @@ inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym) {
 // (qmv_smem_ssm), so the per-chunk path loads only weights and the group flush reads its scales from shared
 // memory; without it every group's scale (and every chunk's zero point) is a global load with its own
 // address arithmetic, issued with the weights (the committed path; SSM is measured by
-// bench/gpu/bench_qmv_variants.cu before it replaces it).
+// bench/gpu/bench_qmv_variants.cu before it replaces it). MAXM: the most rows a MULTI launch may have (the
+// block-sum rows; up to 8, the B operand's columns); qmm.cu launches at most kQmvMaxM.
 enum : int { kQmvNoDequant = 1, kQmvNoMma = 2, kQmvNoX = 4, kQmvNoFlush = 8 };
 template <bool FP8,
           bool ASYM,
@@ -71,13 +72,14 @@ template <bool FP8,
           int MINB,
           bool MULTI,
           int ABL = 0,
-          bool SSM = false>
+          bool SSM = false,
+          int MAXM = kQmvMaxM>
 __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int VEC = vec(FP8);
     constexpr int DI = MULTI && NTB == 2 ? DEPTH - 1 : DEPTH;  // 2..4 rows: two more accumulators per n-tile
     constexpr int D = FP8 ? (DI + 1) / 2 : DI;
     extern __shared__ __align__(16) uint4 smem_u4[];
-    constexpr int RT = MULTI ? kQmvMaxM : 1;  // token rows kept per warp for the block's sum
+    constexpr int RT = MULTI ? MAXM : 1;  // token rows kept per warp for the block's sum
     __shared__ float red[kQmvWarps][RT][NTB * 16];
 
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
