@@ -12,6 +12,7 @@
 #   run_<model>_<device>.txt   greedy ids of `grimoire run` on models/demo(-gptq-int4), CPU against CUDA
 #
 #   OUT=/tmp/out tools/gpu_check.sh                       # builds build/cuda with the preset
+#   GRIMOIRE_CHECK=tests,run OUT=... tools/gpu_check.sh   # only those sections (see want() below)
 #   GRIMOIRE_PREBUILT=build/cuda-dev OUT=... tools/gpu_check.sh   # uses binaries built elsewhere
 # GRIMOIRE_PREBUILT_LIBS (optional) is prepended to LD_LIBRARY_PATH for libraries the build machine linked
 # that the GPU machine lacks. Exit status: non-zero when any test failed or the benchmark did not run.
@@ -44,82 +45,99 @@ head -15 "$OUT/nvidia-smi.txt"
 COMMIT=${GRIMOIRE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 status=0
-echo "== GPU tests"
-for t in $(cd tests/gpu && ls test_*.cpp | sed 's/\.cpp$//'); do
-    exe="$BUILD/tests/$t"
-    [ -x "$exe" ] || { echo "missing $exe"; status=1; continue; }
-    start=$SECONDS
-    timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/$t.xml" || status=1
-    echo "$t: $((SECONDS - start)) s"
-done
-# rerun TAG VAR=VALUE... -- TEST...: the GPU tests named, again with the environment given (results $t_TAG.xml).
-rerun() {
-    local tag=$1 envs=() t exe
-    shift
-    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
-    shift
-    for t in "$@"; do
+# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, e2e, ssm), default all.
+# A device command is limited in time: the sections can be split over calls.
+want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
+if want tests; then
+    echo "== GPU tests"
+    for t in $(cd tests/gpu && ls test_*.cpp | sed 's/\.cpp$//'); do
         exe="$BUILD/tests/$t"
-        [ -x "$exe" ] || continue
-        env "${envs[@]}" timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/${t}_$tag.xml" ||
-            status=1
-        echo "$t with ${envs[*]} done"
+        [ -x "$exe" ] || { echo "missing $exe"; status=1; continue; }
+        start=$SECONDS
+        timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/$t.xml" || status=1
+        echo "$t: $((SECONDS - start)) s"
     done
-}
-# The quantized tests again with each M <= 16 kernel forced: by default M = 1..4 take the one-to-four-row kernel
-# (quant_qmv.cuh), larger M FP8 the Hopper kernel on sm_90 and INT4 the cp.async one. GRIMOIRE_QMV=0 sends M = 1..4
-# to the M <= 16 kernels too, and GRIMOIRE_QMM_TMA picks between those.
-rerun tma_0 GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=0 -- test_cuda_quant
-rerun tma_all GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=all -- test_cuda_quant
-# The one-to-four-row kernel's staged-scale variant (GRIMOIRE_QMV_SSM=1, off by default until measured).
-rerun ssm GRIMOIRE_QMV_SSM=1 -- test_cuda_quant test_cuda_model
-# The decode-step kernels launch with programmatic dependent launch on Hopper: also check them launched plainly.
-rerun pdl0 GRIMOIRE_PDL=0 -- test_cuda_decode_ops test_cuda_model
-# One XML file back instead of one per executable.
-cat "$OUT"/test_*.xml > "$OUT/gpu_tests.xml" 2>/dev/null && rm -f "$OUT"/test_*.xml
+    # rerun TAG VAR=VALUE... -- TEST...: the GPU tests named, again with the environment given (results $t_TAG.xml).
+    rerun() {
+        local tag=$1 envs=() t exe
+        shift
+        while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+        shift
+        for t in "$@"; do
+            exe="$BUILD/tests/$t"
+            [ -x "$exe" ] || continue
+            env "${envs[@]}" timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/${t}_$tag.xml" ||
+                status=1
+            echo "$t with ${envs[*]} done"
+        done
+    }
+    # The quantized tests again with each M <= 16 kernel forced: by default M = 1..4 take the one-to-four-row kernel
+    # (quant_qmv.cuh), larger M FP8 the Hopper kernel on sm_90 and INT4 the cp.async one. GRIMOIRE_QMV=0 sends M = 1..4
+    # to the M <= 16 kernels too, and GRIMOIRE_QMM_TMA picks between those.
+    rerun tma_0 GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=0 -- test_cuda_quant
+    rerun tma_all GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=all -- test_cuda_quant
+    # The one-to-four-row kernel's staged-scale variant (GRIMOIRE_QMV_SSM=1, off by default until measured).
+    rerun ssm GRIMOIRE_QMV_SSM=1 -- test_cuda_quant test_cuda_model
+    # The decode-step kernels launch with programmatic dependent launch on Hopper: also check them launched plainly.
+    rerun pdl0 GRIMOIRE_PDL=0 -- test_cuda_decode_ops test_cuda_model
+    # One XML file back instead of one per executable.
+    cat "$OUT"/test_*.xml > "$OUT/gpu_tests.xml" 2>/dev/null && rm -f "$OUT"/test_*.xml
 
-echo "== make_backend(\"auto\") through the CLI"
-if "$BUILD/grimoire" run --help 2>&1 | grep -q -- "--device"; then
-    "$BUILD/grimoire" run --help | grep -- "--device"
-else
-    echo "grimoire run has no --device option in this build (the CUDA factory is covered by test_cuda_model)"
 fi
+if want run; then
+    echo "== make_backend(\"auto\") through the CLI"
+    if "$BUILD/grimoire" run --help 2>&1 | grep -q -- "--device"; then
+        "$BUILD/grimoire" run --help | grep -- "--device"
+    else
+        echo "grimoire run has no --device option in this build (the CUDA factory is covered by test_cuda_model)"
+    fi
 
-echo "== greedy ids: CUDA against the CPU oracle on the bundled models (48 tokens)"
-for m in demo demo-gptq-int4; do
-    [ -d "models/$m" ] || continue
-    for d in cpu cuda; do
-        timeout 120 "$BUILD/grimoire" run --model "models/$m" --prompt "Once upon a time" --max-tokens 48 \
-            --temperature 0 --output-ids --device "$d" > "$OUT/run_${m}_$d.txt" 2> "$OUT/run_${m}_$d.err" || status=1
+    echo "== greedy ids: CUDA against the CPU oracle on the bundled models (48 tokens)"
+    for m in demo demo-gptq-int4; do
+        [ -d "models/$m" ] || continue
+        for d in cpu cuda; do
+            timeout 120 "$BUILD/grimoire" run --model "models/$m" --prompt "Once upon a time" --max-tokens 48 \
+                --temperature 0 --output-ids --device "$d" > "$OUT/run_${m}_$d.txt" 2> "$OUT/run_${m}_$d.err" || status=1
+        done
+        if cmp -s "$OUT/run_${m}_cpu.txt" "$OUT/run_${m}_cuda.txt"; then echo "$m: CUDA greedy ids == CPU"
+        else echo "$m: CUDA greedy ids DIFFER from CPU"; status=1; fi
     done
-    if cmp -s "$OUT/run_${m}_cpu.txt" "$OUT/run_${m}_cuda.txt"; then echo "$m: CUDA greedy ids == CPU"
-    else echo "$m: CUDA greedy ids DIFFER from CPU"; status=1; fi
-done
 
-echo "== benchmark: 27B-shaped Qwen3.5, BF16, random weights"
-timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --commit "$COMMIT" --out "$OUT/qwen35_27b_bf16.json" || status=1
+fi
+if want bf16; then
+    echo "== benchmark: 27B-shaped Qwen3.5, BF16, random weights"
+    timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --commit "$COMMIT" --out "$OUT/qwen35_27b_bf16.json" || status=1
 
-echo "== quantized kernels (INT4 / FP8, M = 1..16 and prefill) with the torch int4 anchor of the same call"
-python3 bench/gpu/anchor_torch_int4.py --out "$OUT/anchor.json" || echo "anchor failed (no torch?)"
-timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --anchor "$OUT/anchor.json" --commit "$COMMIT" \
-    --out "$OUT/quant_kernels.json" || status=1
-echo "== one-row INT4 kernel variants, ablations and load-only floors (timing; exact variants checked bit for bit)"
-timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" --commit "$COMMIT" --out "$OUT/qmv_variants.json" ||
-    status=1
-echo "== the prefill path's dequantization pass: variants, alone and with the cuBLAS GEMM at M = 512"
-timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_dequant_variants" --commit "$COMMIT" \
-    --out "$OUT/dequant_variants.json" || status=1
-for q in gptq fp8; do
-    name=$([ "$q" = gptq ] && echo int4 || echo fp8)
-    timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --quant "$q" --commit "$COMMIT" \
-        --out "$OUT/qwen35_27b_$name.json" || status=1
-done
-echo "== the same with GRIMOIRE_QMV_SSM=1 (the staged-scale one-to-four-row kernel), for the A/B in one call"
-GRIMOIRE_QMV_SSM=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --commit "$COMMIT" \
-    --out "$OUT/quant_kernels_ssm.json" || status=1
-for q in gptq fp8; do
-    name=$([ "$q" = gptq ] && echo int4 || echo fp8)
-    GRIMOIRE_QMV_SSM=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --quant "$q" \
-        --commit "$COMMIT" --out "$OUT/qwen35_27b_${name}_ssm.json" || status=1
-done
+fi
+if want quant; then
+    echo "== quantized kernels (INT4 / FP8, M = 1..16 and prefill) with the torch int4 anchor of the same call"
+    python3 bench/gpu/anchor_torch_int4.py --out "$OUT/anchor.json" || echo "anchor failed (no torch?)"
+    timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --anchor "$OUT/anchor.json" --commit "$COMMIT" \
+        --out "$OUT/quant_kernels.json" || status=1
+fi
+if want variants; then
+    echo "== one-row INT4 kernel variants, ablations and load-only floors (timing; exact variants checked bit for bit)"
+    timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" --commit "$COMMIT" --out "$OUT/qmv_variants.json" ||
+        status=1
+    echo "== the prefill path's dequantization pass: variants, alone and with the cuBLAS GEMM at M = 512"
+    timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_dequant_variants" --commit "$COMMIT" \
+        --out "$OUT/dequant_variants.json" || status=1
+fi
+if want e2e; then
+    for q in gptq fp8; do
+        name=$([ "$q" = gptq ] && echo int4 || echo fp8)
+        timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --quant "$q" --commit "$COMMIT" \
+            --out "$OUT/qwen35_27b_$name.json" || status=1
+    done
+fi
+if want ssm; then
+    echo "== the same with GRIMOIRE_QMV_SSM=1 (the staged-scale one-to-four-row kernel), for the A/B in one call"
+    GRIMOIRE_QMV_SSM=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --commit "$COMMIT" \
+        --out "$OUT/quant_kernels_ssm.json" || status=1
+    for q in gptq fp8; do
+        name=$([ "$q" = gptq ] && echo int4 || echo fp8)
+        GRIMOIRE_QMV_SSM=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --quant "$q" \
+            --commit "$COMMIT" --out "$OUT/qwen35_27b_${name}_ssm.json" || status=1
+    done
+fi
 exit $status
