@@ -6,7 +6,6 @@
 #   qwen35_27b_bf16.json       the benchmark record (bench/results/ format)
 #   quant_kernels.json, qwen35_27b_int4.json, qwen35_27b_fp8.json   the quantized-kernel and 27B INT4/FP8 records
 #   qmv_variants.json          the one-row kernel's variants, ablations and floors (bench/gpu/bench_qmv_variants.cu)
-#   *_ssm.json                 quant_kernels / qwen35_27b_int4 / _fp8 again with GRIMOIRE_QMV_SSM=1 (A/B)
 #   dequant_variants.json      the prefill dequantization pass's variants (bench/gpu/bench_dequant_variants.cu)
 #   nvidia-smi.txt             the card as found
 #   run_<model>_<device>.txt   greedy ids of `grimoire run` on models/demo(-gptq-int4), CPU against CUDA
@@ -45,7 +44,7 @@ head -15 "$OUT/nvidia-smi.txt"
 COMMIT=${GRIMOIRE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 status=0
-# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, e2e, ssm), default all.
+# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, e2e), default all.
 # A device command is limited in time: the sections can be split over calls.
 want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
 if want tests; then
@@ -71,13 +70,11 @@ if want tests; then
             echo "$t with ${envs[*]} done"
         done
     }
-    # The quantized tests again with each M <= 16 kernel forced: by default M = 1..4 take the one-to-four-row kernel
-    # (quant_qmv.cuh), larger M FP8 the Hopper kernel on sm_90 and INT4 the cp.async one. GRIMOIRE_QMV=0 sends M = 1..4
+    # The quantized tests again with each M <= 16 kernel forced: by default M = 1..8 (INT4; FP8 1..4) take the qmv kernel
+    # (quant_qmv.cuh), larger M FP8 the Hopper kernel on sm_90 and INT4 the cp.async one. GRIMOIRE_QMV=0 sends those
     # to the M <= 16 kernels too, and GRIMOIRE_QMM_TMA picks between those.
     rerun tma_0 GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=0 -- test_cuda_quant
     rerun tma_all GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=all -- test_cuda_quant
-    # The one-to-four-row kernel's staged-scale variant (GRIMOIRE_QMV_SSM=1, off by default until measured).
-    rerun ssm GRIMOIRE_QMV_SSM=1 -- test_cuda_quant test_cuda_model
     # The decode-step kernels launch with programmatic dependent launch on Hopper: also check them launched plainly.
     rerun pdl0 GRIMOIRE_PDL=0 -- test_cuda_decode_ops test_cuda_model
     # One XML file back instead of one per executable.
@@ -128,16 +125,6 @@ if want e2e; then
         name=$([ "$q" = gptq ] && echo int4 || echo fp8)
         timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --quant "$q" --commit "$COMMIT" \
             --out "$OUT/qwen35_27b_$name.json" || status=1
-    done
-fi
-if want ssm; then
-    echo "== the same with GRIMOIRE_QMV_SSM=1 (the staged-scale one-to-four-row kernel), for the A/B in one call"
-    GRIMOIRE_QMV_SSM=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --commit "$COMMIT" \
-        --out "$OUT/quant_kernels_ssm.json" || status=1
-    for q in gptq fp8; do
-        name=$([ "$q" = gptq ] && echo int4 || echo fp8)
-        GRIMOIRE_QMV_SSM=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --quant "$q" \
-            --commit "$COMMIT" --out "$OUT/qwen35_27b_${name}_ssm.json" || status=1
     done
 fi
 exit $status

@@ -147,8 +147,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Int4Case{100, 320, 16, false, false, 1},
                       Int4Case{33, 1003, 0, false, true, 0},
                       Int4Case{70, 1280, 256, true, false, 0},
-                      // >= 8 x 132 n-tiles (INT4 one row: >= 4 x 132): the one-to-four-row kernel's two-n-tile
-                      // blocks (quant_qmv.cuh), with an odd n-tile count
+                      // >= 8 x 132 n-tiles (INT4 one row: >= 4 x 132; 2..8 rows: always): the qmv kernel's
+                      // two-n-tile blocks (quant_qmv.cuh), with an odd n-tile count
                       Int4Case{9001, 320, 64, false, true, 1},
                       Int4Case{16900, 200, 64, false, false, 0},
                       Int4Case{17001, 640, 128, true, true, 2}));

@@ -103,7 +103,7 @@ void launch_tma(qmm::Args& a, int forced_blocks, cudaStream_t s) {
     launch_ex(kernel, a, blocks, qmm::kTmaThreads, smem, true, s);
 }
 
-// Which formats may take the one-to-four-row kernel (quant_qmv.cuh; whole-chunk scale groups only).
+// Which formats may take the one-to-eight-row kernel (quant_qmv.cuh; whole-chunk scale groups only).
 // GRIMOIRE_QMV=0: none (the M = 1..16 kernels take every M), =int4 / =fp8: that format only.
 bool use_qmv(bool fp8) {
     static const int mode = [] {  // bit 0: INT4, bit 1: FP8
@@ -115,27 +115,22 @@ bool use_qmv(bool fp8) {
     return (mode >> (fp8 ? 1 : 0)) & 1;
 }
 
-// GRIMOIRE_QMV_SSM=1: the one-to-four-row kernel with its scale table staged in shared memory (quant_qmv.cuh
-// SSM), an A/B switch until the H200 has measured it (bench/gpu/bench_qmv_variants.cu, docs/BENCHMARKS.md
-// session 8); off by default.
-bool use_qmv_ssm() {
-    static const bool on = [] {
-        const char* e = std::getenv("GRIMOIRE_QMV_SSM");
-        return e && std::string(e) == "1";
-    }();
-    return on;
-}
+// INT4 weights take the kernel with its scale (and zero-point) table staged in shared memory (quant_qmv.cuh
+// SSM); FP8 keeps the per-group scale loads. Measured on the H200 in one call (docs/BENCHMARKS.md, session 9):
+// staged INT4 was faster on all six 27B shapes at one, four and eight rows (one row: gate_up 31.4 -> 29.3 us,
+// down 20.0 -> 17.4, q_gate 12.1 -> 11.1); FP8, whose scale is one f32 per 128x128 block, was mixed (lm_head
+// 297 -> 336 us, o_proj 11.7 -> 11.2).
+constexpr bool qmv_ssm(bool fp8) { return !fp8; }
 
 // The launch's dynamic shared memory (qmv_smem, or with the staged scale table for at most two n-tiles).
-size_t qmv_launch_smem(const qmm::Args& a, bool asym) {
-    return use_qmv_ssm() ? qmm::qmv_smem_ssm(a, 2, asym) : qmm::qmv_smem(a);
+size_t qmv_launch_smem(const qmm::Args& a, bool fp8, bool asym) {
+    return qmv_ssm(fp8) ? qmm::qmv_smem_ssm(a, 2, asym) : qmm::qmv_smem(a);
 }
 
 template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI>
 void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
-    const bool ssm = use_qmv_ssm();
-    auto kernel = ssm ? qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, 0, true>
-                      : qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI>;
+    constexpr bool kSsm = qmv_ssm(FP8);
+    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, 0, kSsm>;
     static const bool attr_set = [&] {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(qmm::kQmvMaxSmem));
@@ -143,14 +138,15 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     }();
     (void)attr_set;
     const int blocks = (a.NT + NTB - 1) / NTB;
-    const size_t smem = ssm ? qmm::qmv_smem_ssm(a, NTB, ASYM) : qmm::qmv_smem(a);
+    const size_t smem = kSsm ? qmm::qmv_smem_ssm(a, NTB, ASYM) : qmm::qmv_smem(a);
     launch_ex(kernel, a, blocks, qmm::kQmvThreads, smem, device_is_hopper(), s);
 }
 
-// One block per NTB n-tiles over all of K: NTB = 2 when the weight has at least 8 n-tiles per SM (four
-// two-tile blocks per SM), else 1. INT4 one row from 4 n-tiles per SM: measured on the H200 in one run
-// (docs/BENCHMARKS.md, session 8), two-tile blocks took q_gate (768 n-tiles) 13.3 -> 12.2 us and the DeltaNet
-// qkv (640) 12.1 -> 11.9 us, while down and o_proj (320) were 17-20% slower with them.
+// One block per NTB n-tiles over all of K. One row: NTB = 2 when the weight has at least 8 n-tiles per SM
+// (INT4: 4), else 1 (session 8: two-tile blocks took q_gate, 768 n-tiles, 13.3 -> 12.2 us while down and
+// o_proj, 320, were 17-20% slower with them; session 9 with staged scales, the same split). Two to eight
+// rows: INT4 always two n-tiles (session 9, staged scales, every 27B shape at four and eight rows: e.g.
+// o_proj 11.2 -> 10.4 us at four rows; down within 3%), FP8 from 8 n-tiles per SM.
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     const int sms = qmm::device_sms();
@@ -158,18 +154,20 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     if (a.M == 1)
         return wide || (!FP8 && a.NT >= 4 * sms) ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, false>(a, s)
                                                   : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
-    wide ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
-         : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
+    wide || !FP8 ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
+                 : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
 }
 
-// Whether one launch takes the one-to-four-row kernel. Measured on the H200 against the M = 1..16 kernels at
+// Whether one launch takes the one-to-eight-row kernel. Measured on the H200 against the M = 1..16 kernels at
 // the six 27B shapes (docs/BENCHMARKS.md, session 7): one row is faster on every shape and format but the
 // INT4 lm_head (about equal); 2..4 rows (x read through L1) are faster for INT4 up to gate_up's width and for
 // FP8 on the 5120-channel projections narrower than gate_up, slower on the lm_head-sized INT4 weights and on
-// FP8 gate_up, down and lm_head, where the cp.async / Hopper kernels keep them.
+// FP8 gate_up, down and lm_head, where the cp.async / Hopper kernels keep them. INT4 at 5..8 rows (session 9,
+// staged scales): faster than the M <= 16 kernel on every shape but the lm_head (gate_up 46.1 -> 39.2 us,
+// q_gate 26.5 -> 14.3, o_proj 20.0 -> 11.9); FP8 there is unmeasured and keeps the Hopper kernel.
 bool qmv_takes(const qmm::Args& a, bool fp8) {
     if (a.M == 1) return true;
-    if (a.M > qmm::kQmvMaxM) return false;
+    if (a.M > (fp8 ? 4 : qmm::kQmvMaxM)) return false;
     const int sms = qmm::device_sms();
     return fp8 ? a.NT < 8 * sms && a.K <= 8192 : a.NT < 32 * sms;
 }
@@ -188,7 +186,7 @@ void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_
     if constexpr (MT == 1 && GK == 0) {
         // Forced grids are the tests of the split reduction.
         if (forced_blocks <= 0 && use_qmv(FP8) && qmv_takes(a, FP8) &&
-            qmv_launch_smem(a, ASYM) <= qmm::kQmvMaxSmem)
+            qmv_launch_smem(a, FP8, ASYM) <= qmm::kQmvMaxSmem)
             return launch_qmv<FP8, ASYM>(a, s);
     }
     // The kernel body exists only in sm_90 code: a binary built without it keeps the cp.async kernel.

@@ -1,5 +1,5 @@
-// The quantized-weight x activations kernel for one to four rows (single-user decode, the 2..4-token verify
-// of speculative decoding), instantiated by qmm.cu for weights whose scale groups are whole 64-channel chunks
+// The quantized-weight x activations kernel for one to eight rows (single-user decode, a few users' decode
+// steps, the 2..8-token verify of speculative decoding), instantiated by qmm.cu for weights whose scale groups are whole 64-channel chunks
 // (GK = 0 in quant_mma.cuh's terms).
 //
 // Why a separate kernel: the M = 1..16 kernels (quant_mma.cuh, quant_mma_tma.cuh) pay, per launch, for a
@@ -19,7 +19,7 @@
 //     group-index arithmetic doubled the instruction count per weight word and the kernel was issue-bound).
 //   * One row: x is copied once per warp, only its channel range, into shared memory, and the B fragment of
 //     every k-tile holds that x in all 8 columns, so every lane's accumulator holds the result for its rows g
-//     and g + 8. Two to four rows (MULTI): token r in column r, read straight from x through L1.
+//     and g + 8. Two to eight rows (MULTI): token r in column r, read straight from x through L1.
 //   * The dequant is quant_mma.cuh's a_fragment (INT4: exact q - z in BF16; FP8: exact), the group scale is
 //     applied in fp32 to each group's mma sum, as in the other kernels.
 #pragma once
@@ -30,7 +30,7 @@ namespace grimoire::cuda::qmm {
 
 constexpr int kQmvWarps = 8;
 constexpr int kQmvThreads = 32 * kQmvWarps;
-constexpr int kQmvMaxM = 4;
+constexpr int kQmvMaxM = 8;  // rows: the mma's B columns (INT4; FP8 launches at most 4)
 
 // Dynamic shared memory: x for every chunk of the one row (BF16, K rounded up to 64); none for 2..4 rows. The
 // launcher allows kQmvMaxSmem (K up to ~100k channels); a longer row takes the M <= 16 kernels.
@@ -53,15 +53,14 @@ inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym) {
 
 // SSZ: bytes per scale (FP8 and F32 scales 4, F16 / BF16 2). NTB: n-tiles per block. DEPTH: chunks of INT4
 // weights in flight per warp (16 B per lane and n-tile each; FP8 chunks are twice the bytes, so it keeps half
-// as many). MINB: blocks per SM the registers must allow. MULTI: 2..4 rows, token r in the B operand's column
+// as many). MINB: blocks per SM the registers must allow. MULTI: 2..8 rows, token r in the B operand's column
 // r, x read through L1 (else one row, x staged in shared memory). ABL: benchmark ablations only
 // (bench/gpu/bench_qmv_variants.cu; results are wrong, the time is what is read), a mask of kQmvNoDequant,
 // kQmvNoMma, kQmvNoX and kQmvNoFlush; qmm.cu always launches ABL = 0. SSM: the block stages its n-tiles'
 // scales (f32) and zero points for every group in shared memory once, before the programmatic-launch wait
 // (qmv_smem_ssm), so the per-chunk path loads only weights and the group flush reads its scales from shared
-// memory; without it every group's scale (and every chunk's zero point) is a global load with its own
-// address arithmetic, issued with the weights (the committed path; SSM is measured by
-// bench/gpu/bench_qmv_variants.cu before it replaces it). MAXM: the most rows a MULTI launch may have (the
+// memory (qmm.cu: INT4); without it every group's scale (and every chunk's zero point) is a global load with
+// its own address arithmetic, issued with the weights (qmm.cu: FP8, one scale per 128x128 block). MAXM: the most rows a MULTI launch may have (the
 // block-sum rows; up to 8, the B operand's columns); qmm.cu launches at most kQmvMaxM.
 enum : int { kQmvNoDequant = 1, kQmvNoMma = 2, kQmvNoX = 4, kQmvNoFlush = 8 };
 template <bool FP8,
