@@ -339,11 +339,13 @@ static int run_bench(int argc, char** argv) {
                 gc::random_fill(S[c], grp.fp8 ? DType::F32 : DType::F16, static_cast<int64_t>(ns), 200 + c,
                                 grp.fp8 ? 0.0075f : 0.0005f, grp.fp8 ? 0.0125f : 0.001f, nullptr);
             }
-            gc::random_fill(x, DType::BF16, static_cast<int64_t>(grp.M) * ((sh.K + 7) / 8 * 8), 7, 1.0f, 0.0f,
-                            nullptr);
+            // Two or more rows: x as qmm.cu hands it to the kernel, in B-fragment order with K rounded to 64
+            // (random either way; the library variant converts its own copy).
+            const int ldx = grp.M > 1 ? KC * 64 : (sh.K + 7) / 8 * 8;
+            gc::random_fill(x, DType::BF16, static_cast<int64_t>(grp.M) * ldx, 7, 1.0f, 0.0f, nullptr);
             check(cudaDeviceSynchronize(), "fill");
             Args a{};
-            a.x = x, a.ldx = (sh.K + 7) / 8 * 8, a.ydt = grimoire::cuda::kF32, a.M = grp.M, a.gpc = 1;
+            a.x = x, a.ldx = ldx, a.ydt = grimoire::cuda::kF32, a.M = grp.M, a.gpc = 1;
             a.N = sh.N, a.K = sh.K, a.NT = NT, a.KC = KC, a.G = G, a.gs = 128;
             if (grp.fp8)
                 a.sdt = grimoire::cuda::kF32, a.ssz = 4, a.bn = 128, a.SG = G;

@@ -22,7 +22,8 @@ int device_sms() {
 }  // namespace qmm
 
 // Partials: [grid block][2][M][kColBlock] f32 for at most kMaxBlocksPerSm blocks per SM, then the BF16 copy of
-// x [M][K rounded to 8] when x needs converting or the act-order gather; counters: one per column block.
+// x [M][K rounded to 64] when x needs converting, the act-order gather or the qmv kernel's fragment order;
+// counters: one per column block.
 constexpr int kMaxBlocksPerSm = 8;
 
 size_t partials_region() {
@@ -31,7 +32,7 @@ size_t partials_region() {
 
 void qmm_workspace_need(int64_t N, int64_t K, size_t* partial_bytes, int* n_counters) {
     const int64_t NT = (N + 15) / 16;
-    *partial_bytes = partials_region() + static_cast<size_t>(kQmmMaxM) * static_cast<size_t>((K + 7) / 8 * 8) * 2;
+    *partial_bytes = partials_region() + static_cast<size_t>(kQmmMaxM) * static_cast<size_t>((K + 63) / 64 * 64) * 2;
     *n_counters = static_cast<int>((NT + qmm::kNtPerBlock - 1) / qmm::kNtPerBlock);
 }
 
@@ -48,6 +49,23 @@ __global__ void prep_x_kernel(const void* x, int xdt, const int32_t* perm, int M
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int r = static_cast<int>(i / ldx), k = static_cast<int>(i - static_cast<int64_t>(r) * ldx);
+        float v = 0.0f;
+        if (k < K) v = ld(x, xdt, static_cast<int64_t>(r) * K + (perm ? perm[k] : k));
+        out[i] = __bfloat16_as_ushort(__float2bfloat16(v));
+    }
+}
+
+// x [M, K] (BF16 or F32, any alignment) -> BF16 [M][KC * 64] in the B-fragment order of quant_qmv.cuh's 2..8-row
+// kernel (qmm::xfrag_channel), zeros past K: a lane then loads its B fragments of a chunk as two 16-byte words
+// instead of eight 4-byte ones (those loads were a third of the four-row kernel's time on the 27B down
+// projection: docs/BENCHMARKS.md, session 9).
+__global__ void prep_x_frag_kernel(const void* x, int xdt, const int32_t* perm, int M, int K, int ldf,
+                                   uint16_t* out) {
+    const int64_t n = static_cast<int64_t>(M) * ldf;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int r = static_cast<int>(i / ldf), o = static_cast<int>(i - static_cast<int64_t>(r) * ldf);
+        const int k = (o & ~63) + qmm::xfrag_channel(o & 63);
         float v = 0.0f;
         if (k < K) v = ld(x, xdt, static_cast<int64_t>(r) * K + (perm ? perm[k] : k));
         out[i] = __bfloat16_as_ushort(__float2bfloat16(v));
@@ -172,6 +190,13 @@ bool qmv_takes(const qmm::Args& a, bool fp8) {
     return fp8 ? a.NT < 8 * sms && a.K <= 8192 : a.NT < 32 * sms;
 }
 
+// Whether this launch takes the qmv kernel (whole-chunk scale groups; forced grids are the tests of the
+// other kernels' split reduction).
+bool qmv_route(const qmm::Args& a, bool fp8, bool asym, int forced_blocks) {
+    return forced_blocks <= 0 && a.gpc == 1 && use_qmv(fp8) && qmv_takes(a, fp8) &&
+           qmv_launch_smem(a, fp8, asym) <= qmm::kQmvMaxSmem;
+}
+
 // The scale width is a template parameter (the kernel's scale loads); FP8 scales are always f32.
 template <bool FP8, bool ASYM>
 void launch_qmv(qmm::Args& a, cudaStream_t s) {
@@ -184,10 +209,7 @@ void launch_qmv(qmm::Args& a, cudaStream_t s) {
 template <bool FP8, int MT, bool ASYM, int GK>
 void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_t s) {
     if constexpr (MT == 1 && GK == 0) {
-        // Forced grids are the tests of the split reduction.
-        if (forced_blocks <= 0 && use_qmv(FP8) && qmv_takes(a, FP8) &&
-            qmv_launch_smem(a, FP8, ASYM) <= qmm::kQmvMaxSmem)
-            return launch_qmv<FP8, ASYM>(a, s);
+        if (qmv_route(a, FP8, ASYM, forced_blocks)) return launch_qmv<FP8, ASYM>(a, s);
     }
     // The kernel body exists only in sm_90 code: a binary built without it keeps the cp.async kernel.
     static const bool tma_built = [] {
@@ -261,6 +283,9 @@ bool qmm_prepare(const char* op,
                  int64_t G,
                  int64_t gs,
                  const int32_t* perm,
+                 bool fp8,
+                 bool asym,
+                 int forced,
                  const Tensor& x,
                  Tensor& y,
                  const QmmWorkspace& ws,
@@ -314,11 +339,18 @@ bool qmm_prepare(const char* op,
     a.tslot = launches++ & 1;
 #endif
     const int xdt = dt_code(x.dtype, op, "x");
-    if (xdt == kBF16 && perm == nullptr && K % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
+    uint16_t* xb = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(ws.partials) + partials_region());
+    if (a.M >= 2 && qmv_route(a, fp8, asym, forced)) {
+        a.ldx = static_cast<int>(KC * 64);
+        const int64_t n = M * a.ldx;
+        prep_x_frag_kernel<<<static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 1024)), 256, 0, s>>>(
+            x.data, xdt, perm, a.M, a.K, a.ldx, xb);
+        check_launch(op);
+        a.x = xb;
+    } else if (xdt == kBF16 && perm == nullptr && K % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
         a.x = static_cast<const uint16_t*>(x.data), a.ldx = static_cast<int>(K);
     } else {
         a.ldx = static_cast<int>((K + 7) / 8 * 8);
-        uint16_t* xb = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(ws.partials) + partials_region());
         const int64_t n = M * a.ldx;
         prep_x_kernel<<<static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 1024)), 256, 0, s>>>(
             x.data, xdt, perm, a.M, a.K, a.ldx, xb);
@@ -336,7 +368,8 @@ void qmm_int4(const Int4Dev& w,
               int forced,
               const QmmParts* parts) {
     qmm::Args a{};
-    if (!qmm_prepare("qmm_int4", w.N, w.K, w.NT, w.KC, w.G, w.group_size, w.perm, x, y, ws, s, parts, a))
+    if (!qmm_prepare("qmm_int4", w.N, w.K, w.NT, w.KC, w.G, w.group_size, w.perm, false, w.zeros != nullptr, forced, x,
+                      y, ws, s, parts, a))
         return;
     a.words = w.words, a.scales = w.scales, a.zeros = w.zeros;
     a.NP = static_cast<int>(w.NT * 16);
@@ -354,7 +387,9 @@ void qmm_fp8(const Fp8Dev& w,
              int forced,
              const QmmParts* parts) {
     qmm::Args a{};
-    if (!qmm_prepare("qmm_fp8", w.N, w.K, w.NT, w.KC, w.SG, w.bk, nullptr, x, y, ws, s, parts, a)) return;
+    if (!qmm_prepare("qmm_fp8", w.N, w.K, w.NT, w.KC, w.SG, w.bk, nullptr, true, false, forced, x, y, ws, s, parts,
+                      a))
+        return;
     a.words = w.words, a.scales = w.scales, a.zeros = nullptr;
     a.bn = static_cast<int>(w.bn), a.SG = static_cast<int>(w.SG);
     a.sdt = kF32, a.ssz = 4;

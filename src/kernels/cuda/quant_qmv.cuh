@@ -38,6 +38,15 @@ constexpr size_t kQmvMaxSmem = 200 * 1024;
 __host__ __device__ inline size_t qmv_smem(const Args& a) {
     return a.M == 1 ? static_cast<size_t>(a.KC) * 64 * 2 : 0;
 }
+// B-fragment order of x within a 64-channel chunk: position j = t * 16 + kt * 4 + h * 2 + e holds channel
+// kt * 16 + h * 8 + 2t + e, so lane (g, t)'s B fragments of k-tiles 0..3 (b0: channels 2t, 2t + 1 of the
+// k-tile; b1: 8 more) are its 16 contiguous positions: b0[0], b1[0], b0[1], b1[1] | b0[2], b1[2], b0[3], b1[3]
+// as two 16-byte words. The one-row kernel stages x in this order in shared memory; 2..8 rows read it from
+// global memory, written by qmm.cu's prep_x_frag_kernel.
+__host__ __device__ constexpr int xfrag_channel(int j) {
+    return ((j >> 2) & 3) * 16 + ((j >> 1) & 1) * 8 + (j >> 4) * 2 + (j & 1);
+}
+
 // Chunks per scale group (one group: all of K) and the groups along K.
 __host__ __device__ inline int qmv_cpg(const Args& a) {
     return a.G <= 1 ? a.KC : max(1, a.gs / 64);
@@ -164,22 +173,26 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     asm volatile("griddepcontrol.wait;" ::: "memory");  // x comes from the previous kernel
 #endif
 
-    // One row: this warp's x chunks into shared memory (zeros past the 8-padded row), 16 bytes per piece.
-    // Rows 2..4 read their B fragments straight from x: every block reads the same few KB (L1 / L2 hits).
-    // Staging them like the one row measured slower (H200, docs/BENCHMARKS.md session 7).
+    // One row: this warp's x chunks into shared memory in B-fragment order (xfrag_channel; zeros past the
+    // 8-padded row): natural piece q (channels q * 8 .. q * 8 + 7) of a chunk holds the 32-bit words w = 0..3
+    // of k-tile q / 2, half q % 2, lane t = w, which go to word w * 8 + q of the chunk. Rows 2..8 read their B
+    // fragments straight from the fragment-ordered x in global memory: every block reads the same few KB (L1
+    // / L2 hits). Staging them like the one row measured slower (H200, docs/BENCHMARKS.md session 7).
     if constexpr (!MULTI) {
+        uint32_t* xw = reinterpret_cast<uint32_t*>(smem_u4);
         for (int p = c0 * 8 + lane; p < c1 * 8; p += 32) {
             uint4 v = make_uint4(0u, 0u, 0u, 0u);
             if (p * 8 < a.ldx) v = *reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(p) * 8);
-            smem_u4[p] = v;
+            uint32_t* d = xw + (p >> 3) * 32 + (p & 7);
+            d[0] = v.x, d[8] = v.y, d[16] = v.z, d[24] = v.w;
         }
         if constexpr (!SSM) __syncwarp();
     }
     if constexpr (SSM) __syncthreads();  // the scale table (and each warp's x) is complete
-    const char* xs = reinterpret_cast<const char*>(smem_u4);
     const bool row_ok = g < a.M;  // MULTI: the lane's B column (token g)
-    const unsigned* xrow =
-        reinterpret_cast<const unsigned*>(a.x + static_cast<int64_t>(row_ok ? g : 0) * a.ldx);
+    // The lane's two 16-byte B words of chunk 0 (one row: shared memory; else row g of x, a.ldx = KC * 64).
+    const uint4* xl = MULTI ? reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(row_ok ? g : 0) * a.ldx) + t * 2
+                            : smem_u4 + t * 2;
 
     constexpr int NA = MULTI ? 4 : 2;  // one row: columns 2t and 2t + 1 of C are equal, keep c0 / c2
     float acc[NTB][NA], cur[NTB][4];
@@ -199,18 +212,19 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             const int c = cb + s;
             if (c >= c1) break;
             uint32_t b0[4], b1[4];
+            if constexpr ((ABL & kQmvNoX) != 0) {
 #pragma unroll
-            for (int kt = 0; kt < 4; ++kt) {
-                const int k = c * 64 + kt * 16 + 2 * t;  // even, and ldx is a multiple of 8
-                if constexpr ((ABL & kQmvNoX) != 0) {
-                    b0[kt] = b1[kt] = 0x3F803F80u;
-                } else if constexpr (MULTI) {
-                    b0[kt] = row_ok && k < a.ldx ? __ldg(xrow + k / 2) : 0u;
-                    b1[kt] = row_ok && k + 8 < a.ldx ? __ldg(xrow + k / 2 + 4) : 0u;
-                } else {
-                    b0[kt] = *reinterpret_cast<const uint32_t*>(xs + k * 2);
-                    b1[kt] = *reinterpret_cast<const uint32_t*>(xs + k * 2 + 16);
+                for (int kt = 0; kt < 4; ++kt) b0[kt] = b1[kt] = 0x3F803F80u;
+            } else {
+                uint4 u = make_uint4(0u, 0u, 0u, 0u), v = u;
+                if (!MULTI || row_ok) {
+                    if constexpr (MULTI)
+                        u = __ldg(xl + c * 8), v = __ldg(xl + c * 8 + 1);
+                    else
+                        u = xl[c * 8], v = xl[c * 8 + 1];
                 }
+                b0[0] = u.x, b1[0] = u.y, b0[1] = u.z, b1[1] = u.w;
+                b0[2] = v.x, b1[2] = v.y, b0[3] = v.z, b1[3] = v.w;
             }
 #pragma unroll
             for (int j = 0; j < NTB; ++j) {
