@@ -58,17 +58,17 @@ __global__ void prep_x_kernel(const void* x, int xdt, const int32_t* perm, int M
 // x [M, K] (BF16 or F32, any alignment) -> BF16 [M][KC * 64] in the B-fragment order of quant_qmv.cuh's 2..8-row
 // kernel (qmm::xfrag_channel), zeros past K: a lane then loads its B fragments of a chunk as two 16-byte words
 // instead of eight 4-byte ones (those loads were a third of the four-row kernel's time on the 27B down
-// projection: docs/BENCHMARKS.md, session 9).
-__global__ void prep_x_frag_kernel(const void* x, int xdt, const int32_t* perm, int M, int K, int ldf,
-                                   uint16_t* out) {
-    const int64_t n = static_cast<int64_t>(M) * ldf;
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int r = static_cast<int>(i / ldf), o = static_cast<int>(i - static_cast<int64_t>(r) * ldf);
+// projection: docs/BENCHMARKS.md, session 9). Row blockIdx.y; a programmatic dependent launch, so the qmv
+// kernel after it prefetches its weights and stages its scales while this runs.
+__global__ void prep_x_frag_kernel(const void* x, int xdt, const int32_t* perm, int K, int ldf, uint16_t* out) {
+    pdl_enter();
+    const int64_t r = blockIdx.y;
+    for (int o = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); o < ldf;
+         o += static_cast<int>(gridDim.x * blockDim.x)) {
         const int k = (o & ~63) + qmm::xfrag_channel(o & 63);
         float v = 0.0f;
-        if (k < K) v = ld(x, xdt, static_cast<int64_t>(r) * K + (perm ? perm[k] : k));
-        out[i] = __bfloat16_as_ushort(__float2bfloat16(v));
+        if (k < K) v = ld(x, xdt, r * K + (perm ? perm[k] : k));
+        out[r * ldf + o] = __bfloat16_as_ushort(__float2bfloat16(v));
     }
 }
 
@@ -160,11 +160,11 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     launch_ex(kernel, a, blocks, qmm::kQmvThreads, smem, device_is_hopper(), s);
 }
 
-// One block per NTB n-tiles over all of K. One row: NTB = 2 when the weight has at least 8 n-tiles per SM
-// (INT4: 4), else 1 (session 8: two-tile blocks took q_gate, 768 n-tiles, 13.3 -> 12.2 us while down and
-// o_proj, 320, were 17-20% slower with them; session 9 with staged scales, the same split). Two to eight
-// rows: INT4 always two n-tiles (session 9, staged scales, every 27B shape at four and eight rows: e.g.
-// o_proj 11.2 -> 10.4 us at four rows; down within 3%), FP8 from 8 n-tiles per SM.
+// One block per NTB n-tiles over all of K: NTB = 2 when the weight has at least 8 n-tiles per SM (INT4: 4),
+// else 1. Session 8, one row: two-tile blocks took q_gate (768 n-tiles) 13.3 -> 12.2 us while down and
+// o_proj (320) were 17-20% slower with them. Session 9, staged scales and fragment-ordered x, the same
+// split at one, four and eight rows (four rows: gate_up 34.7 -> 31.1 us with two tiles, down 25.5 -> 17.2
+// with one).
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     const int sms = qmm::device_sms();
@@ -172,22 +172,22 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     if (a.M == 1)
         return wide || (!FP8 && a.NT >= 4 * sms) ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, false>(a, s)
                                                   : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
-    wide || !FP8 ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
-                 : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
+    wide || (!FP8 && a.NT >= 4 * sms) ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
+                                      : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
 }
 
 // Whether one launch takes the one-to-eight-row kernel. Measured on the H200 against the M = 1..16 kernels at
 // the six 27B shapes (docs/BENCHMARKS.md, session 7): one row is faster on every shape and format but the
 // INT4 lm_head (about equal); 2..4 rows (x read through L1) are faster for INT4 up to gate_up's width and for
 // FP8 on the 5120-channel projections narrower than gate_up, slower on the lm_head-sized INT4 weights and on
-// FP8 gate_up, down and lm_head, where the cp.async / Hopper kernels keep them. INT4 at 5..8 rows (session 9,
-// staged scales): faster than the M <= 16 kernel on every shape but the lm_head (gate_up 46.1 -> 39.2 us,
-// q_gate 26.5 -> 14.3, o_proj 20.0 -> 11.9); FP8 there is unmeasured and keeps the Hopper kernel.
+// FP8 gate_up, down and lm_head, where the cp.async / Hopper kernels keep them. INT4 at 2..8 rows (session 9,
+// staged scales, fragment-ordered x): faster than the M <= 16 kernel on every shape, the lm_head included
+// (eight rows: gate_up 34.4 -> 31.1 us, down 28.0 -> 17.7, q_gate 14.1 -> 11.1, lm_head 215 -> 196); FP8 at
+// 5..8 rows is unmeasured and keeps the Hopper kernel.
 bool qmv_takes(const qmm::Args& a, bool fp8) {
     if (a.M == 1) return true;
-    if (a.M > (fp8 ? 4 : qmm::kQmvMaxM)) return false;
-    const int sms = qmm::device_sms();
-    return fp8 ? a.NT < 8 * sms && a.K <= 8192 : a.NT < 32 * sms;
+    if (!fp8) return a.M <= qmm::kQmvMaxM;
+    return a.M <= 4 && a.NT < 8 * qmm::device_sms() && a.K <= 8192;
 }
 
 // Whether this launch takes the qmv kernel (whole-chunk scale groups; forced grids are the tests of the
@@ -342,9 +342,9 @@ bool qmm_prepare(const char* op,
     uint16_t* xb = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(ws.partials) + partials_region());
     if (a.M >= 2 && qmv_route(a, fp8, asym, forced)) {
         a.ldx = static_cast<int>(KC * 64);
-        const int64_t n = M * a.ldx;
-        prep_x_frag_kernel<<<static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 1024)), 256, 0, s>>>(
-            x.data, xdt, perm, a.M, a.K, a.ldx, xb);
+        const unsigned bx = static_cast<unsigned>(std::min<int64_t>((a.ldx + 255) / 256, 1024));
+        launch_pdl(prep_x_frag_kernel, dim3(bx, static_cast<unsigned>(M)), dim3(256), 0, s, x.data, xdt, perm,
+                   a.K, a.ldx, xb);
         check_launch(op);
         a.x = xb;
     } else if (xdt == kBF16 && perm == nullptr && K % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
