@@ -146,7 +146,7 @@ template <bool FP8,
           int MINB,
           int ABL = 0,
           bool SSM = false,
-          int MAXM = qmm::kQmvMaxM>
+          int MAXM = 8>
 Variant kernel_variant(const char* name) {
     constexpr int kScaleBytes = FP8 ? 4 : 2;
     auto k = qmm::qmv_kernel<FP8, false, kScaleBytes, NTB, D, MINB, MULTI, ABL, SSM, MAXM>;
@@ -257,6 +257,17 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 2, 4, 3, 0, true, 8>("ssm_ntb2_d4"),
                      library_int4("library"),
                  }});
+    // 16 rows: each A fragment meets two B operands (MAXM = 16).
+    g.push_back({"int4_m16",
+                 false,
+                 16,
+                 {
+                     kernel_variant<false, true, 1, 4, 3, 0, true, 16>("ssm_ntb1_d4"),
+                     kernel_variant<false, true, 2, 3, 3, 0, true, 16>("ssm_ntb2_d3"),
+                     kernel_variant<false, true, 2, 3, 2, 0, true, 16>("ssm_ntb2_d3_mb2"),  // qmm.cu: no spills
+                     kernel_variant<false, true, 2, 2, 3, 0, true, 16>("ssm_ntb2_d2"),
+                     library_int4("library"),
+                 }});
     g.push_back({"fp8_m1",
                  true,
                  1,
@@ -308,7 +319,7 @@ static int run_bench(int argc, char** argv) {
                             {"gdn_qkv", 10240, 5120}, {"o_proj", 5120, 6144}, {"lm_head", 248320, 5120}};
     const std::vector<Group> gs = groups(sms);
 
-    constexpr int kMaxN = 248320, kMaxK = 17408, kRows = 8;
+    constexpr int kMaxN = 248320, kMaxK = 17408, kRows = 16;
     uint16_t* x = nullptr;
     float *y = nullptr, *yref = nullptr;
     check(cudaMalloc(&x, static_cast<size_t>(kRows) * kMaxK * 2), "cudaMalloc");

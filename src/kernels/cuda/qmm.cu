@@ -55,8 +55,8 @@ __global__ void prep_x_kernel(const void* x, int xdt, const int32_t* perm, int M
     }
 }
 
-// x [M, K] (BF16 or F32, any alignment) -> BF16 [M][KC * 64] in the B-fragment order of quant_qmv.cuh's 2..8-row
-// kernel (qmm::xfrag_channel), zeros past K: a lane then loads its B fragments of a chunk as two 16-byte words
+// x [M, K] (BF16 or F32, any alignment) -> BF16 [M][KC * 64] in the B-fragment order of quant_qmv.cuh's
+// 2..16-row kernel (qmm::xfrag_channel), zeros past K: a lane then loads its B fragments of a chunk as two 16-byte words
 // instead of eight 4-byte ones (those loads were a third of the four-row kernel's time on the 27B down
 // projection: docs/BENCHMARKS.md, session 9). Row blockIdx.y; a programmatic dependent launch, so the qmv
 // kernel after it prefetches its weights and stages its scales while this runs.
@@ -145,10 +145,10 @@ size_t qmv_launch_smem(const qmm::Args& a, bool fp8, bool asym) {
     return qmv_ssm(fp8) ? qmm::qmv_smem_ssm(a, 2, asym) : qmm::qmv_smem(a);
 }
 
-template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI>
+template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI, int MAXM = 8>
 void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     constexpr bool kSsm = qmv_ssm(FP8);
-    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, 0, kSsm>;
+    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, 0, kSsm, MAXM>;
     static const bool attr_set = [&] {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(qmm::kQmvMaxSmem));
@@ -172,8 +172,14 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     if (a.M == 1)
         return wide || (!FP8 && a.NT >= 4 * sms) ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, false>(a, s)
                                                   : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
-    wide || (!FP8 && a.NT >= 4 * sms) ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
-                                      : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
+    const bool two = wide || (!FP8 && a.NT >= 4 * sms);
+    if constexpr (!FP8) {
+        if (a.M > 8)
+            // Two tiles with two B operands need more than the 80 registers of three blocks per SM.
+            return two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s)
+                       : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 16>(a, s);
+    }
+    two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s) : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
 }
 
 // Whether one launch takes the one-to-eight-row kernel. Measured on the H200 against the M = 1..16 kernels at
@@ -208,7 +214,7 @@ void launch_qmv(qmm::Args& a, cudaStream_t s) {
 
 template <bool FP8, int MT, bool ASYM, int GK>
 void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_t s) {
-    if constexpr (MT == 1 && GK == 0) {
+    if constexpr (GK == 0) {
         if (qmv_route(a, FP8, ASYM, forced_blocks)) return launch_qmv<FP8, ASYM>(a, s);
     }
     // The kernel body exists only in sm_90 code: a binary built without it keeps the cp.async kernel.

@@ -1,5 +1,5 @@
-// The quantized-weight x activations kernel for one to eight rows (single-user decode, a few users' decode
-// steps, the 2..8-token verify of speculative decoding), instantiated by qmm.cu for weights whose scale groups are whole 64-channel chunks
+// The quantized-weight x activations kernel for one to sixteen rows (single-user decode, a few users' decode
+// steps, the 2..16-token verify of speculative decoding), instantiated by qmm.cu for weights whose scale groups are whole 64-channel chunks
 // (GK = 0 in quant_mma.cuh's terms).
 //
 // Why a separate kernel: the M = 1..16 kernels (quant_mma.cuh, quant_mma_tma.cuh) pay, per launch, for a
@@ -30,7 +30,7 @@ namespace grimoire::cuda::qmm {
 
 constexpr int kQmvWarps = 8;
 constexpr int kQmvThreads = 32 * kQmvWarps;
-constexpr int kQmvMaxM = 8;  // rows: the mma's B columns (INT4; FP8 launches at most 4)
+constexpr int kQmvMaxM = 16;  // rows (INT4; FP8 launches at most 4)
 
 // Dynamic shared memory: x for every chunk of the one row (BF16, K rounded up to 64); none for 2..4 rows. The
 // launcher allows kQmvMaxSmem (K up to ~100k channels); a longer row takes the M <= 16 kernels.
@@ -41,7 +41,7 @@ __host__ __device__ inline size_t qmv_smem(const Args& a) {
 // B-fragment order of x within a 64-channel chunk: position j = t * 16 + kt * 4 + h * 2 + e holds channel
 // kt * 16 + h * 8 + 2t + e, so lane (g, t)'s B fragments of k-tiles 0..3 (b0: channels 2t, 2t + 1 of the
 // k-tile; b1: 8 more) are its 16 contiguous positions: b0[0], b1[0], b0[1], b1[1] | b0[2], b1[2], b0[3], b1[3]
-// as two 16-byte words. The one-row kernel stages x in this order in shared memory; 2..8 rows read it from
+// as two 16-byte words. The one-row kernel stages x in this order in shared memory; 2..16 rows read it from
 // global memory, written by qmm.cu's prep_x_frag_kernel.
 __host__ __device__ constexpr int xfrag_channel(int j) {
     return ((j >> 2) & 3) * 16 + ((j >> 1) & 1) * 8 + (j >> 4) * 2 + (j & 1);
@@ -62,15 +62,16 @@ inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym) {
 
 // SSZ: bytes per scale (FP8 and F32 scales 4, F16 / BF16 2). NTB: n-tiles per block. DEPTH: chunks of INT4
 // weights in flight per warp (16 B per lane and n-tile each; FP8 chunks are twice the bytes, so it keeps half
-// as many). MINB: blocks per SM the registers must allow. MULTI: 2..8 rows, token r in the B operand's column
-// r, x read through L1 (else one row, x staged in shared memory). ABL: benchmark ablations only
+// as many). MINB: blocks per SM the registers must allow. MULTI: 2..16 rows, token r in column r % 8 of B operand
+// r / 8, x read through L1 (else one row, x staged in shared memory). ABL: benchmark ablations only
 // (bench/gpu/bench_qmv_variants.cu; results are wrong, the time is what is read), a mask of kQmvNoDequant,
 // kQmvNoMma, kQmvNoX and kQmvNoFlush; qmm.cu always launches ABL = 0. SSM: the block stages its n-tiles'
 // scales (f32) and zero points for every group in shared memory once, before the programmatic-launch wait
 // (qmv_smem_ssm), so the per-chunk path loads only weights and the group flush reads its scales from shared
 // memory (qmm.cu: INT4); without it every group's scale (and every chunk's zero point) is a global load with
 // its own address arithmetic, issued with the weights (qmm.cu: FP8, one scale per 128x128 block). MAXM: the most rows a MULTI launch may have (the
-// block-sum rows; up to 8, the B operand's columns); qmm.cu launches at most kQmvMaxM.
+// block-sum rows; above 8 each A fragment meets two B operands of 8 tokens); qmm.cu launches 8 for 2..8 rows
+// and 16 for 9..16.
 enum : int { kQmvNoDequant = 1, kQmvNoMma = 2, kQmvNoX = 4, kQmvNoFlush = 8 };
 template <bool FP8,
           bool ASYM,
@@ -81,13 +82,14 @@ template <bool FP8,
           bool MULTI,
           int ABL = 0,
           bool SSM = false,
-          int MAXM = kQmvMaxM>
+          int MAXM = 8>
 __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int VEC = vec(FP8);
     constexpr int DI = MULTI && NTB == 2 ? DEPTH - 1 : DEPTH;  // 2..4 rows: two more accumulators per n-tile
     constexpr int D = FP8 ? (DI + 1) / 2 : DI;
     extern __shared__ __align__(16) uint4 smem_u4[];
     constexpr int RT = MULTI ? MAXM : 1;  // token rows kept per warp for the block's sum
+    constexpr int NH = MULTI && MAXM > 8 ? 2 : 1;  // B operands of 8 tokens each (9..16 rows: two per A)
     __shared__ float red[kQmvWarps][RT][NTB * 16];
 
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
@@ -175,7 +177,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 
     // One row: this warp's x chunks into shared memory in B-fragment order (xfrag_channel; zeros past the
     // 8-padded row): natural piece q (channels q * 8 .. q * 8 + 7) of a chunk holds the 32-bit words w = 0..3
-    // of k-tile q / 2, half q % 2, lane t = w, which go to word w * 8 + q of the chunk. Rows 2..8 read their B
+    // of k-tile q / 2, half q % 2, lane t = w, which go to word w * 8 + q of the chunk. Rows 2..16 read their B
     // fragments straight from the fragment-ordered x in global memory: every block reads the same few KB (L1
     // / L2 hits). Staging them like the one row measured slower (H200, docs/BENCHMARKS.md session 7).
     if constexpr (!MULTI) {
@@ -189,18 +191,27 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         if constexpr (!SSM) __syncwarp();
     }
     if constexpr (SSM) __syncthreads();  // the scale table (and each warp's x) is complete
-    const bool row_ok = g < a.M;  // MULTI: the lane's B column (token g)
-    // The lane's two 16-byte B words of chunk 0 (one row: shared memory; else row g of x, a.ldx = KC * 64).
-    const uint4* xl = MULTI ? reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(row_ok ? g : 0) * a.ldx) + t * 2
-                            : smem_u4 + t * 2;
+    // MULTI: the lane's B column of operand h is token g + 8h. Its two 16-byte B words of chunk 0 (one row:
+    // shared memory; else that token's row of x, a.ldx = KC * 64).
+    bool row_ok[NH];
+    const uint4* xl[NH];
+#pragma unroll
+    for (int h = 0; h < NH; ++h) {
+        row_ok[h] = g + 8 * h < a.M;
+        xl[h] = MULTI ? reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(row_ok[h] ? g + 8 * h : 0) *
+                                                                 a.ldx) +
+                            t * 2
+                      : smem_u4 + t * 2;
+    }
 
-    constexpr int NA = MULTI ? 4 : 2;  // one row: columns 2t and 2t + 1 of C are equal, keep c0 / c2
-    float acc[NTB][NA], cur[NTB][4];
+    constexpr int NA = MULTI ? 4 * NH : 2;  // one row: columns 2t and 2t + 1 of C are equal, keep c0 / c2
+    float acc[NTB][NA], cur[NTB][4 * NH];
 #pragma unroll
     for (int j = 0; j < NTB; ++j) {
 #pragma unroll
         for (int e = 0; e < NA; ++e) acc[j][e] = 0.0f;
-        cur[j][0] = cur[j][1] = cur[j][2] = cur[j][3] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4 * NH; ++e) cur[j][e] = 0.0f;
     }
     int rem = cpg - c0 % cpg;  // chunks left in the current scale group
     // SSM: row g of that group's table row (a running pointer: a loop-carried value is not recomputed).
@@ -211,20 +222,23 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         for (int s = 0; s < D; ++s) {
             const int c = cb + s;
             if (c >= c1) break;
-            uint32_t b0[4], b1[4];
-            if constexpr ((ABL & kQmvNoX) != 0) {
+            uint32_t b0[NH][4], b1[NH][4];
 #pragma unroll
-                for (int kt = 0; kt < 4; ++kt) b0[kt] = b1[kt] = 0x3F803F80u;
-            } else {
-                uint4 u = make_uint4(0u, 0u, 0u, 0u), v = u;
-                if (!MULTI || row_ok) {
-                    if constexpr (MULTI)
-                        u = __ldg(xl + c * 8), v = __ldg(xl + c * 8 + 1);
-                    else
-                        u = xl[c * 8], v = xl[c * 8 + 1];
+            for (int h = 0; h < NH; ++h) {
+                if constexpr ((ABL & kQmvNoX) != 0) {
+#pragma unroll
+                    for (int kt = 0; kt < 4; ++kt) b0[h][kt] = b1[h][kt] = 0x3F803F80u;
+                } else {
+                    uint4 u = make_uint4(0u, 0u, 0u, 0u), v = u;
+                    if (!MULTI || row_ok[h]) {
+                        if constexpr (MULTI)
+                            u = __ldg(xl[h] + c * 8), v = __ldg(xl[h] + c * 8 + 1);
+                        else
+                            u = xl[h][c * 8], v = xl[h][c * 8 + 1];
+                    }
+                    b0[h][0] = u.x, b1[h][0] = u.y, b0[h][1] = u.z, b1[h][1] = u.w;
+                    b0[h][2] = v.x, b1[h][2] = v.y, b0[h][3] = v.z, b1[h][3] = v.w;
                 }
-                b0[0] = u.x, b1[0] = u.y, b0[1] = u.z, b1[1] = u.w;
-                b0[2] = v.x, b1[2] = v.y, b0[3] = v.z, b1[3] = v.w;
             }
 #pragma unroll
             for (int j = 0; j < NTB; ++j) {
@@ -244,11 +258,14 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                     } else {
                         a_fragment<FP8>(wq[s][j], kt, zx, zy, a0, a1, a2, a3);
                     }
-                    if constexpr ((ABL & kQmvNoMma) != 0)
-                        cur[j][kt & 3] +=
-                            __uint_as_float((a0 ^ a1 ^ a2 ^ a3 ^ b0[kt] ^ b1[kt]) & 0x3FFFFFFFu);
-                    else
-                        mma_bf16(cur[j], a0, a1, a2, a3, b0[kt], b1[kt]);
+#pragma unroll
+                    for (int h = 0; h < NH; ++h) {
+                        if constexpr ((ABL & kQmvNoMma) != 0)
+                            cur[j][4 * h + (kt & 3)] +=
+                                __uint_as_float((a0 ^ a1 ^ a2 ^ a3 ^ b0[h][kt] ^ b1[h][kt]) & 0x3FFFFFFFu);
+                        else
+                            mma_bf16(cur[j] + 4 * h, a0, a1, a2, a3, b0[h][kt], b1[h][kt]);
+                    }
                 }
             }
             if ((ABL & kQmvNoFlush) != 0 && c + 1 < c1) {
@@ -262,12 +279,13 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                     else
                         sl = to_f(slo[s][j]), sh = to_f(shi[s][j]);
                     if constexpr (MULTI) {
-                        acc[j][0] += cur[j][0] * sl, acc[j][1] += cur[j][1] * sl;
-                        acc[j][2] += cur[j][2] * sh, acc[j][3] += cur[j][3] * sh;
+#pragma unroll
+                        for (int e = 0; e < 4 * NH; ++e) acc[j][e] += cur[j][e] * ((e & 2) ? sh : sl);
                     } else {
                         acc[j][0] += cur[j][0] * sl, acc[j][1] += cur[j][2] * sh;
                     }
-                    cur[j][0] = cur[j][1] = cur[j][2] = cur[j][3] = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < 4 * NH; ++e) cur[j][e] = 0.0f;
                 }
                 rem = cpg;
                 sgrp += BW, zgrp += BW;
@@ -279,14 +297,15 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
 
-    // C[row][token]: lane (g, t) holds rows g, g + 8 of tokens 2t, 2t + 1 (one row: every column is token 0).
+    // C[row][token]: lane (g, t) holds rows g, g + 8 of tokens 8h + 2t, 8h + 2t + 1 in acc[4h..4h + 3] (one
+    // row: every column is token 0).
     if constexpr (MULTI) {
 #pragma unroll
         for (int j = 0; j < NTB; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int tok = 2 * t + (e & 1);
-                if (tok < a.M) red[warp][tok][j * 16 + g + (e >> 1) * 8] = acc[j][e];
+            for (int e = 0; e < 4 * NH; ++e) {
+                const int tok = 8 * (e >> 2) + 2 * t + (e & 1);
+                if (tok < a.M) red[warp][tok][j * 16 + g + ((e >> 1) & 1) * 8] = acc[j][e];
             }
     } else if (t == 0) {
 #pragma unroll
