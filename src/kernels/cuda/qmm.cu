@@ -175,8 +175,10 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     const bool two = wide || (!FP8 && a.NT >= 4 * sms);
     if constexpr (!FP8) {
         if (a.M > 8)
-            // Two tiles with two B operands need more than the 80 registers of three blocks per SM.
-            return two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s)
+            // Two tiles with two B operands: one chunk in flight per warp, three blocks per SM (session 9, 16
+            // rows: gate_up 45.4 us with two chunks (spilling at 80 registers), 48.5 with two blocks per SM,
+            // 41.6 so; q_gate 16.1 / 19.6 / 14.4).
+            return two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s)
                        : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 16>(a, s);
     }
     two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s) : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
