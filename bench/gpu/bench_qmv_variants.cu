@@ -138,15 +138,8 @@ struct Variant {
     std::function<void(const Args&)> library;
 };
 
-// FP8 and INT4 symmetric with 2-byte scales (INT4) / f32 (FP8); MULTI: the 2..4-row form.
-template <bool FP8,
-          bool MULTI,
-          int NTB,
-          int D,
-          int MINB,
-          int ABL = 0,
-          bool SSM = false,
-          int MAXM = 8>
+// FP8 and INT4 symmetric with 2-byte scales (INT4) / f32 (FP8); MULTI: the 2..16-row form.
+template <bool FP8, bool MULTI, int NTB, int D, int MINB, int ABL = 0, bool SSM = false, int MAXM = 8>
 Variant kernel_variant(const char* name) {
     constexpr int kScaleBytes = FP8 ? 4 : 2;
     auto k = qmm::qmv_kernel<FP8, false, kScaleBytes, NTB, D, MINB, MULTI, ABL, SSM, MAXM>;
@@ -157,7 +150,7 @@ Variant kernel_variant(const char* name) {
 }
 
 // The library's INT4 entry point (symmetric g128, F16 scales) on the same weight: what qmm.cu dispatches at
-// this M (9..16 rows, and lm_head-sized weights from 2 rows: the M <= 16 stream-K kernel). Not bit-comparable.
+// this M (since session 9 the qmv kernel itself at every M <= 16, after its x prep). Not bit-comparable.
 Variant library_int4(const char* name) {
     auto ws = std::make_shared<gc::QmmWorkspace>();
     return {name, false, nullptr, 1, 0, 0, [ws](const Args& a) {
@@ -230,22 +223,20 @@ std::vector<Group> groups(int sms) {
                      {"flat_4xsm", false, flat_read, 0, 4 * sms, 0, {}},
                      {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},
                  }});
-    g.push_back(
-        {"int4_m4",
-         false,
-         4,
-         {
-             kernel_variant<false, true, 1, 4, 3>("ntb1_d4"),
-             kernel_variant<false, true, 2, 3, 3>("ntb2_d3"),
-             kernel_variant<false, true, 2, 4, 2>("ntb2_d4_mb2"),
-             kernel_variant<false, true, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
-             kernel_variant<false, true, 2, 3, 3, 0, true>("ssm_ntb2_d3"),  // qmm.cu's INT4 2..8 rows
-             kernel_variant<false, true, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
-             kernel_variant<false, true, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
-             kernel_variant<false, true, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
-         }});
-    // 8 rows: the qmv kernel's variants and the library's dispatch (since session 9 the staged two-tile qmv
-    // kernel but on lm_head-sized weights, which keep the M <= 16 stream-K kernel).
+    g.push_back({"int4_m4",
+                 false,
+                 4,
+                 {
+                     kernel_variant<false, true, 1, 4, 3>("ntb1_d4"),
+                     kernel_variant<false, true, 2, 3, 3>("ntb2_d3"),
+                     kernel_variant<false, true, 2, 4, 2>("ntb2_d4_mb2"),
+                     kernel_variant<false, true, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
+                     kernel_variant<false, true, 2, 3, 3, 0, true>("ssm_ntb2_d3"),  // qmm.cu's INT4 2..8 rows
+                     kernel_variant<false, true, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
+                     kernel_variant<false, true, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
+                     kernel_variant<false, true, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
+                 }});
+    // 8 rows: the qmv kernel's variants and the library's dispatch.
     g.push_back({"int4_m8",
                  false,
                  8,
@@ -258,16 +249,17 @@ std::vector<Group> groups(int sms) {
                      library_int4("library"),
                  }});
     // 16 rows: each A fragment meets two B operands (MAXM = 16).
-    g.push_back({"int4_m16",
-                 false,
-                 16,
-                 {
-                     kernel_variant<false, true, 1, 4, 3, 0, true, 16>("ssm_ntb1_d4"),
-                     kernel_variant<false, true, 2, 3, 3, 0, true, 16>("ssm_ntb2_d3"),
-                     kernel_variant<false, true, 2, 3, 2, 0, true, 16>("ssm_ntb2_d3_mb2"),  // qmm.cu: no spills
-                     kernel_variant<false, true, 2, 2, 3, 0, true, 16>("ssm_ntb2_d2"),
-                     library_int4("library"),
-                 }});
+    g.push_back(
+        {"int4_m16",
+         false,
+         16,
+         {
+             kernel_variant<false, true, 1, 4, 3, 0, true, 16>("ssm_ntb1_d4"),
+             kernel_variant<false, true, 2, 3, 3, 0, true, 16>("ssm_ntb2_d3"),
+             kernel_variant<false, true, 2, 3, 2, 0, true, 16>("ssm_ntb2_d3_mb2"),  // qmm.cu: no spills
+             kernel_variant<false, true, 2, 2, 3, 0, true, 16>("ssm_ntb2_d2"),
+             library_int4("library"),
+         }});
     g.push_back({"fp8_m1",
                  true,
                  1,

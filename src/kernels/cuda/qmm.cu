@@ -21,8 +21,8 @@ int device_sms() {
 }
 }  // namespace qmm
 
-// Partials: [grid block][2][M][kColBlock] f32 for at most kMaxBlocksPerSm blocks per SM, then the BF16 copy of
-// x [M][K rounded to 64] when x needs converting, the act-order gather or the qmv kernel's fragment order;
+// Partials: [grid block][2][M][kColBlock] f32 for at most kMaxBlocksPerSm blocks per SM, then the BF16 copy
+// of x [M][K rounded to 64] when x needs converting, the act-order gather or the qmv kernel's fragment order;
 // counters: one per column block.
 constexpr int kMaxBlocksPerSm = 8;
 
@@ -32,7 +32,8 @@ size_t partials_region() {
 
 void qmm_workspace_need(int64_t N, int64_t K, size_t* partial_bytes, int* n_counters) {
     const int64_t NT = (N + 15) / 16;
-    *partial_bytes = partials_region() + static_cast<size_t>(kQmmMaxM) * static_cast<size_t>((K + 63) / 64 * 64) * 2;
+    *partial_bytes =
+        partials_region() + static_cast<size_t>(kQmmMaxM) * static_cast<size_t>((K + 63) / 64 * 64) * 2;
     *n_counters = static_cast<int>((NT + qmm::kNtPerBlock - 1) / qmm::kNtPerBlock);
 }
 
@@ -56,11 +57,12 @@ __global__ void prep_x_kernel(const void* x, int xdt, const int32_t* perm, int M
 }
 
 // x [M, K] (BF16 or F32, any alignment) -> BF16 [M][KC * 64] in the B-fragment order of quant_qmv.cuh's
-// 2..16-row kernel (qmm::xfrag_channel), zeros past K: a lane then loads its B fragments of a chunk as two 16-byte words
-// instead of eight 4-byte ones (those loads were a third of the four-row kernel's time on the 27B down
-// projection: docs/BENCHMARKS.md, session 9). Row blockIdx.y; a programmatic dependent launch, so the qmv
-// kernel after it prefetches its weights and stages its scales while this runs.
-__global__ void prep_x_frag_kernel(const void* x, int xdt, const int32_t* perm, int K, int ldf, uint16_t* out) {
+// 2..16-row kernel (qmm::xfrag_channel), zeros past K: a lane then loads its B fragments of a chunk as two
+// 16-byte words instead of eight 4-byte ones (those loads were a third of the four-row kernel's time on the
+// 27B down projection: docs/BENCHMARKS.md, session 9). Row blockIdx.y; a programmatic dependent launch, so
+// the qmv kernel after it prefetches its weights and stages its scales while this runs.
+__global__ void prep_x_frag_kernel(
+    const void* x, int xdt, const int32_t* perm, int K, int ldf, uint16_t* out) {
     pdl_enter();
     const int64_t r = blockIdx.y;
     for (int o = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); o < ldf;
@@ -134,11 +136,13 @@ bool use_qmv(bool fp8) {
 }
 
 // INT4 weights take the kernel with its scale (and zero-point) table staged in shared memory (quant_qmv.cuh
-// SSM); FP8 keeps the per-group scale loads. Measured on the H200 in one call (docs/BENCHMARKS.md, session 9):
-// staged INT4 was faster on all six 27B shapes at one, four and eight rows (one row: gate_up 31.4 -> 29.3 us,
-// down 20.0 -> 17.4, q_gate 12.1 -> 11.1); FP8, whose scale is one f32 per 128x128 block, was mixed (lm_head
-// 297 -> 336 us, o_proj 11.7 -> 11.2).
-constexpr bool qmv_ssm(bool fp8) { return !fp8; }
+// SSM); FP8 keeps the per-group scale loads. Measured on the H200 in one call (docs/BENCHMARKS.md, session
+// 9): staged INT4 was faster on all six 27B shapes at one, four and eight rows (one row: gate_up 31.4 -> 29.3
+// us, down 20.0 -> 17.4, q_gate 12.1 -> 11.1); FP8, whose scale is one f32 per 128x128 block, was mixed
+// (lm_head 297 -> 336 us, o_proj 11.7 -> 11.2).
+constexpr bool qmv_ssm(bool fp8) {
+    return !fp8;
+}
 
 // The launch's dynamic shared memory (qmv_smem, or with the staged scale table for at most two n-tiles).
 size_t qmv_launch_smem(const qmm::Args& a, bool fp8, bool asym) {
@@ -181,7 +185,8 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
             return two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s)
                        : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 16>(a, s);
     }
-    two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s) : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
+    two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
+        : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
 }
 
 // Whether one launch takes the one-to-eight-row kernel. Measured on the H200 against the M = 1..16 kernels at
@@ -355,7 +360,8 @@ bool qmm_prepare(const char* op,
                    a.K, a.ldx, xb);
         check_launch(op);
         a.x = xb;
-    } else if (xdt == kBF16 && perm == nullptr && K % 8 == 0 && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
+    } else if (xdt == kBF16 && perm == nullptr && K % 8 == 0 &&
+               (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
         a.x = static_cast<const uint16_t*>(x.data), a.ldx = static_cast<int>(K);
     } else {
         a.ldx = static_cast<int>((K + 7) / 8 * 8);
@@ -376,8 +382,8 @@ void qmm_int4(const Int4Dev& w,
               int forced,
               const QmmParts* parts) {
     qmm::Args a{};
-    if (!qmm_prepare("qmm_int4", w.N, w.K, w.NT, w.KC, w.G, w.group_size, w.perm, false, w.zeros != nullptr, forced, x,
-                      y, ws, s, parts, a))
+    if (!qmm_prepare("qmm_int4", w.N, w.K, w.NT, w.KC, w.G, w.group_size, w.perm, false, w.zeros != nullptr,
+                     forced, x, y, ws, s, parts, a))
         return;
     a.words = w.words, a.scales = w.scales, a.zeros = w.zeros;
     a.NP = static_cast<int>(w.NT * 16);
@@ -395,8 +401,8 @@ void qmm_fp8(const Fp8Dev& w,
              int forced,
              const QmmParts* parts) {
     qmm::Args a{};
-    if (!qmm_prepare("qmm_fp8", w.N, w.K, w.NT, w.KC, w.SG, w.bk, nullptr, true, false, forced, x, y, ws, s, parts,
-                      a))
+    if (!qmm_prepare("qmm_fp8", w.N, w.K, w.NT, w.KC, w.SG, w.bk, nullptr, true, false, forced, x, y, ws, s,
+                     parts, a))
         return;
     a.words = w.words, a.scales = w.scales, a.zeros = nullptr;
     a.bn = static_cast<int>(w.bn), a.SG = static_cast<int>(w.SG);

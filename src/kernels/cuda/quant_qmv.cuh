@@ -1,6 +1,6 @@
 // The quantized-weight x activations kernel for one to sixteen rows (single-user decode, a few users' decode
-// steps, the 2..16-token verify of speculative decoding), instantiated by qmm.cu for weights whose scale groups are whole 64-channel chunks
-// (GK = 0 in quant_mma.cuh's terms).
+// steps, the 2..16-token verify of speculative decoding), instantiated by qmm.cu for weights whose scale
+// groups are whole 64-channel chunks (GK = 0 in quant_mma.cuh's terms).
 //
 // Why a separate kernel: the M = 1..16 kernels (quant_mma.cuh, quant_mma_tma.cuh) pay, per launch, for a
 // shared-memory pipeline (x and scale copies per warp and chunk, ring bookkeeping) and for a stream-K
@@ -40,9 +40,9 @@ __host__ __device__ inline size_t qmv_smem(const Args& a) {
 }
 // B-fragment order of x within a 64-channel chunk: position j = t * 16 + kt * 4 + h * 2 + e holds channel
 // kt * 16 + h * 8 + 2t + e, so lane (g, t)'s B fragments of k-tiles 0..3 (b0: channels 2t, 2t + 1 of the
-// k-tile; b1: 8 more) are its 16 contiguous positions: b0[0], b1[0], b0[1], b1[1] | b0[2], b1[2], b0[3], b1[3]
-// as two 16-byte words. The one-row kernel stages x in this order in shared memory; 2..16 rows read it from
-// global memory, written by qmm.cu's prep_x_frag_kernel.
+// k-tile; b1: 8 more) are its 16 contiguous positions: b0[0], b1[0], b0[1], b1[1] | b0[2], b1[2], b0[3],
+// b1[3] as two 16-byte words. The one-row kernel stages x in this order in shared memory; 2..16 rows read it
+// from global memory, written by qmm.cu's prep_x_frag_kernel.
 __host__ __device__ constexpr int xfrag_channel(int j) {
     return ((j >> 2) & 3) * 16 + ((j >> 1) & 1) * 8 + (j >> 4) * 2 + (j & 1);
 }
@@ -62,16 +62,16 @@ inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym) {
 
 // SSZ: bytes per scale (FP8 and F32 scales 4, F16 / BF16 2). NTB: n-tiles per block. DEPTH: chunks of INT4
 // weights in flight per warp (16 B per lane and n-tile each; FP8 chunks are twice the bytes, so it keeps half
-// as many). MINB: blocks per SM the registers must allow. MULTI: 2..16 rows, token r in column r % 8 of B operand
-// r / 8, x read through L1 (else one row, x staged in shared memory). ABL: benchmark ablations only
+// as many). MINB: blocks per SM the registers must allow. MULTI: 2..16 rows, token r in column r % 8 of B
+// operand r / 8, x read through L1 (else one row, x staged in shared memory). ABL: benchmark ablations only
 // (bench/gpu/bench_qmv_variants.cu; results are wrong, the time is what is read), a mask of kQmvNoDequant,
 // kQmvNoMma, kQmvNoX and kQmvNoFlush; qmm.cu always launches ABL = 0. SSM: the block stages its n-tiles'
 // scales (f32) and zero points for every group in shared memory once, before the programmatic-launch wait
 // (qmv_smem_ssm), so the per-chunk path loads only weights and the group flush reads its scales from shared
 // memory (qmm.cu: INT4); without it every group's scale (and every chunk's zero point) is a global load with
-// its own address arithmetic, issued with the weights (qmm.cu: FP8, one scale per 128x128 block). MAXM: the most rows a MULTI launch may have (the
-// block-sum rows; above 8 each A fragment meets two B operands of 8 tokens); qmm.cu launches 8 for 2..8 rows
-// and 16 for 9..16.
+// its own address arithmetic, issued with the weights (qmm.cu: FP8, one scale per 128x128 block). MAXM: the
+// most rows a MULTI launch may have (the block-sum rows; above 8 each A fragment meets two B operands of 8
+// tokens); qmm.cu launches 8 for 2..8 rows and 16 for 9..16.
 enum : int { kQmvNoDequant = 1, kQmvNoMma = 2, kQmvNoX = 4, kQmvNoFlush = 8 };
 template <bool FP8,
           bool ASYM,
@@ -177,9 +177,9 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 
     // One row: this warp's x chunks into shared memory in B-fragment order (xfrag_channel; zeros past the
     // 8-padded row): natural piece q (channels q * 8 .. q * 8 + 7) of a chunk holds the 32-bit words w = 0..3
-    // of k-tile q / 2, half q % 2, lane t = w, which go to word w * 8 + q of the chunk. Rows 2..16 read their B
-    // fragments straight from the fragment-ordered x in global memory: every block reads the same few KB (L1
-    // / L2 hits). Staging them like the one row measured slower (H200, docs/BENCHMARKS.md session 7).
+    // of k-tile q / 2, half q % 2, lane t = w, which go to word w * 8 + q of the chunk. Rows 2..16 read their
+    // B fragments straight from the fragment-ordered x in global memory: every block reads the same few KB
+    // (L1 / L2 hits). Staging them like the one row measured slower (H200, docs/BENCHMARKS.md session 7).
     if constexpr (!MULTI) {
         uint32_t* xw = reinterpret_cast<uint32_t*>(smem_u4);
         for (int p = c0 * 8 + lane; p < c1 * 8; p += 32) {
