@@ -149,9 +149,11 @@ Variant kernel_variant(const char* name) {
     return {name, ABL == 0, k, NTB, 0, SSM ? 2 : MULTI ? 0 : 1, {}};
 }
 
-// The library's INT4 entry point (symmetric g128, F16 scales) on the same weight: what qmm.cu dispatches at
-// this M (since session 9 the qmv kernel itself at every M <= 16, after its x prep). Not bit-comparable.
-Variant library_int4(const char* name) {
+// The library's entry point on the same weight (INT4: symmetric g128, F16 scales; FP8: 128 x 128 blocks):
+// what qmm.cu dispatches at this M (INT4 since session 9: the qmv kernel at every M <= 16, after its x prep).
+// Not bit-comparable.
+template <bool FP8>
+Variant library(const char* name) {
     auto ws = std::make_shared<gc::QmmWorkspace>();
     return {name, false, nullptr, 1, 0, 0, [ws](const Args& a) {
                 if (!ws->partials) {
@@ -163,12 +165,20 @@ Variant library_int4(const char* name) {
                     check(cudaMemset(ws->counters, 0, static_cast<size_t>(nc) * 4), "memset");
                     ws->partial_bytes = pb, ws->n_counters = nc;
                 }
-                gc::Int4Dev w;
-                w.words = a.words, w.scales = a.scales, w.scale_dtype = DType::F16;
-                w.N = a.N, w.K = a.K, w.G = a.G, w.group_size = a.gs, w.NT = a.NT, w.KC = a.KC;
                 const Tensor x(const_cast<uint16_t*>(a.x), DType::BF16, grimoire::Device::CUDA, {a.M, a.K});
                 Tensor y(a.y, DType::F32, grimoire::Device::CUDA, {a.M, a.N});
-                gc::qmm_int4(w, x, y, *ws, nullptr);
+                if constexpr (FP8) {
+                    gc::Fp8Dev w;
+                    w.words = a.words, w.scales = static_cast<const float*>(a.scales);
+                    w.N = a.N, w.K = a.K, w.NT = a.NT, w.KC = a.KC, w.bn = a.bn, w.bk = 128;
+                    w.SN = (a.N + a.bn - 1) / a.bn, w.SG = a.SG;
+                    gc::qmm_fp8(w, x, y, *ws, nullptr);
+                } else {
+                    gc::Int4Dev w;
+                    w.words = a.words, w.scales = a.scales, w.scale_dtype = DType::F16;
+                    w.N = a.N, w.K = a.K, w.G = a.G, w.group_size = a.gs, w.NT = a.NT, w.KC = a.KC;
+                    gc::qmm_int4(w, x, y, *ws, nullptr);
+                }
             }};
 }
 
@@ -246,7 +256,7 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 1, 4, 3, 0, true, 8>("ssm_ntb1_d4"),
                      kernel_variant<false, true, 2, 3, 3, 0, true, 8>("ssm_ntb2_d3"),
                      kernel_variant<false, true, 2, 4, 3, 0, true, 8>("ssm_ntb2_d4"),
-                     library_int4("library"),
+                     library<false>("library"),
                  }});
     // 16 rows: each A fragment meets two B operands (MAXM = 16).
     g.push_back(
@@ -258,8 +268,36 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 2, 3, 3, 0, true, 16>("ssm_ntb2_d3"),
              kernel_variant<false, true, 2, 3, 2, 0, true, 16>("ssm_ntb2_d3_mb2"),  // qmm.cu: no spills
              kernel_variant<false, true, 2, 2, 3, 0, true, 16>("ssm_ntb2_d2"),
-             library_int4("library"),
+             library<false>("library"),
          }});
+    // FP8 at 4, 8 and 16 rows: the qmv kernel (per-group scale loads, as qmm.cu launches FP8) against the
+    // library's dispatch (the Hopper kernel but at 2..4 rows on the narrower shapes).
+    g.push_back({"fp8_m4",
+                 true,
+                 4,
+                 {
+                     kernel_variant<true, true, 1, 4, 3>("ntb1_d4"),
+                     kernel_variant<true, true, 2, 3, 3>("ntb2_d3"),
+                     kernel_variant<true, true, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
+                     library<true>("library"),
+                 }});
+    g.push_back({"fp8_m8",
+                 true,
+                 8,
+                 {
+                     kernel_variant<true, true, 1, 4, 3>("ntb1_d4"),
+                     kernel_variant<true, true, 2, 3, 3>("ntb2_d3"),
+                     library<true>("library"),
+                 }});
+    g.push_back({"fp8_m16",
+                 true,
+                 16,
+                 {
+                     kernel_variant<true, true, 1, 4, 3, 0, false, 16>("ntb1_d4"),
+                     kernel_variant<true, true, 2, 2, 3, 0, false, 16>("ntb2_d2"),
+                     kernel_variant<true, true, 1, 2, 3, 0, false, 16>("ntb1_d2"),
+                     library<true>("library"),
+                 }});
     g.push_back({"fp8_m1",
                  true,
                  1,
