@@ -164,49 +164,47 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     launch_ex(kernel, a, blocks, qmm::kQmvThreads, smem, device_is_hopper(), s);
 }
 
-// One block per NTB n-tiles over all of K: NTB = 2 when the weight has at least 8 n-tiles per SM (INT4: 4),
-// else 1. Session 8, one row: two-tile blocks took q_gate (768 n-tiles) 13.3 -> 12.2 us while down and
+// One block per NTB n-tiles over all of K: NTB = 2 when the weight has at least 4 n-tiles per SM, else 1, but
+// FP8 one row always 1 (session 9: gate_up 48.4 / 49.8 us, lm_head 297.5 / 302.3 with one / two; the
+// two-tile FP8 one-row kernel also spills at 64 registers). Session 8, INT4 one row: two-tile blocks took q_gate (768 n-tiles) 13.3 -> 12.2 us while down and
 // o_proj (320) were 17-20% slower with them. Session 9, staged scales and fragment-ordered x, the same
 // split at one, four and eight rows (four rows: gate_up 34.7 -> 31.1 us with two tiles, down 25.5 -> 17.2
-// with one).
+// with one); FP8 at four and eight rows the same (eight rows: q_gate 23.2 -> 19.1 us with two tiles, down
+// 38.8 -> 35.1 with one), at sixteen one tile on every shape (two: 1-27% slower).
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
-    const int sms = qmm::device_sms();
-    const bool wide = a.NT >= 8 * sms;
+    const bool two = a.NT >= 4 * qmm::device_sms();
     if (a.M == 1)
-        return wide || (!FP8 && a.NT >= 4 * sms) ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, false>(a, s)
-                                                  : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
-    const bool two = wide || (!FP8 && a.NT >= 4 * sms);
-    if constexpr (!FP8) {
-        if (a.M > 8)
-            // Two tiles with two B operands: one chunk in flight per warp, three blocks per SM (session 9, 16
-            // rows: gate_up 45.4 us with two chunks (spilling at 80 registers), 48.5 with two blocks per SM,
-            // 41.6 so; q_gate 16.1 / 19.6 / 14.4).
-            return two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s)
-                       : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 16>(a, s);
+        return !FP8 && two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, false>(a, s)
+                           : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
+    if (a.M > 8) {
+        // INT4, two tiles with two B operands: one chunk in flight per warp, three blocks per SM (session 9,
+        // 16 rows: gate_up 45.4 us with two chunks (spilling at 80 registers), 48.5 with two blocks per SM,
+        // 41.6 so; q_gate 16.1 / 19.6 / 14.4).
+        if constexpr (!FP8)
+            if (two) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
+        return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 16>(a, s);
     }
     two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
         : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
 }
 
-// Whether one launch takes the one-to-eight-row kernel. Measured on the H200 against the M = 1..16 kernels at
+// Whether one launch takes the qmv kernel. Measured on the H200 against the M = 1..16 kernels at
 // the six 27B shapes (docs/BENCHMARKS.md, session 7): one row is faster on every shape and format but the
 // INT4 lm_head (about equal); 2..4 rows (x read through L1) are faster for INT4 up to gate_up's width and for
 // FP8 on the 5120-channel projections narrower than gate_up, slower on the lm_head-sized INT4 weights and on
 // FP8 gate_up, down and lm_head, where the cp.async / Hopper kernels keep them. INT4 at 2..8 rows (session 9,
 // staged scales, fragment-ordered x): faster than the M <= 16 kernel on every shape, the lm_head included
-// (eight rows: gate_up 34.4 -> 31.1 us, down 28.0 -> 17.7, q_gate 14.1 -> 11.1, lm_head 215 -> 196); FP8 at
-// 5..8 rows is unmeasured and keeps the Hopper kernel.
-bool qmv_takes(const qmm::Args& a, bool fp8) {
-    if (a.M == 1) return true;
-    if (!fp8) return a.M <= qmm::kQmvMaxM;
-    return a.M <= 4 && a.NT < 8 * qmm::device_sms() && a.K <= 8192;
-}
+// (eight rows: gate_up 34.4 -> 31.1 us, down 28.0 -> 17.7, q_gate 14.1 -> 11.1, lm_head 215 -> 196); FP8 too
+// with fragment-ordered x, against the Hopper kernel (sixteen rows: gate_up 90.9 -> 66.8, down 56.5 -> 39.6,
+// q_gate 46.6 -> 24.4, lm_head 502 -> 424; four rows: gate_up 58.1 -> 48.1, lm_head 340 -> 305). So every
+// M <= 16 with whole-chunk scale groups.
+bool qmv_takes(const qmm::Args& a) { return a.M <= qmm::kQmvMaxM; }
 
 // Whether this launch takes the qmv kernel (whole-chunk scale groups; forced grids are the tests of the
 // other kernels' split reduction).
 bool qmv_route(const qmm::Args& a, bool fp8, bool asym, int forced_blocks) {
-    return forced_blocks <= 0 && a.gpc == 1 && use_qmv(fp8) && qmv_takes(a, fp8) &&
+    return forced_blocks <= 0 && a.gpc == 1 && use_qmv(fp8) && qmv_takes(a) &&
            qmv_launch_smem(a, fp8, asym) <= qmm::kQmvMaxSmem;
 }
 

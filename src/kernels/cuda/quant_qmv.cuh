@@ -30,7 +30,7 @@ namespace grimoire::cuda::qmm {
 
 constexpr int kQmvWarps = 8;
 constexpr int kQmvThreads = 32 * kQmvWarps;
-constexpr int kQmvMaxM = 16;  // rows (INT4; FP8 launches at most 4)
+constexpr int kQmvMaxM = 16;  // rows
 
 // Dynamic shared memory: x for every chunk of the one row (BF16, K rounded up to 64); none for 2..4 rows. The
 // launcher allows kQmvMaxSmem (K up to ~100k channels); a longer row takes the M <= 16 kernels.
