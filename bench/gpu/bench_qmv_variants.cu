@@ -146,7 +146,7 @@ Variant kernel_variant(const char* name) {
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(qmm::kQmvMaxSmem)),
           "smem attribute");
-    return {name, ABL == 0, k, NTB, 0, SSM ? 2 : MULTI ? 0 : 1, {}};
+    return {name, (ABL & ~qmm::kQmvGeneralLoop) == 0, k, NTB, 0, SSM ? 2 : MULTI ? 0 : 1, {}};
 }
 
 // The library's entry point on the same weight (INT4: symmetric g128, F16 scales; FP8: 128 x 128 blocks):
@@ -198,7 +198,7 @@ struct Group {
 };
 
 std::vector<Group> groups(int sms) {
-    using qmm::kQmvNoDequant, qmm::kQmvNoMma, qmm::kQmvNoX, qmm::kQmvNoFlush;
+    using qmm::kQmvNoDequant, qmm::kQmvNoMma, qmm::kQmvNoX, qmm::kQmvNoFlush, qmm::kQmvGeneralLoop;
     constexpr int kAll = kQmvNoDequant | kQmvNoMma | kQmvNoX | kQmvNoFlush;
     std::vector<Group> g;
     g.push_back({"int4_m1",
@@ -212,12 +212,16 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, false, 1, 4, 4>("ntb1_d4_mb4"),
                      kernel_variant<false, false, 1, 6, 3>("ntb1_d6"),
                      kernel_variant<false, false, 2, 2, 3>("ntb2_d2"),
-                     kernel_variant<false, false, 1, 4, 3, 0, true>("ssm_ntb1_d4"),  // qmm.cu's INT4 one-tile
-                     kernel_variant<false, false, 2, 3, 3, 0, true>("ssm_ntb2_d3"),  // and two-tile launches
+                     kernel_variant<false, false, 1, 4, 3, 0, true>("ssm_ntb1_d4"),  // qmm.cu: one tile
+                     kernel_variant<false, false, 2, 3, 3, 0, true>("ssm_ntb2_d3"),
                      kernel_variant<false, false, 1, 6, 3, 0, true>("ssm_ntb1_d6"),
                      kernel_variant<false, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
                      kernel_variant<false, false, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
+                     kernel_variant<false, false, 2, 2, 3, 0, true>("ssm_ntb2_d2"),  // qmm.cu: two tiles
                      kernel_variant<false, false, 4, 2, 3, 0, true>("ssm_ntb4_d2"),
+                     // The general loop where the fixed-group loop applies (even depths, g128): the A/B.
+                     kernel_variant<false, false, 1, 4, 3, kQmvGeneralLoop, true>("ssm_ntb1_d4_gen"),
+                     kernel_variant<false, false, 2, 2, 3, kQmvGeneralLoop, true>("ssm_ntb2_d2_gen"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
@@ -242,6 +246,8 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 2, 4, 2>("ntb2_d4_mb2"),
                      kernel_variant<false, true, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
                      kernel_variant<false, true, 2, 3, 3, 0, true>("ssm_ntb2_d3"),  // qmm.cu's INT4 2..8 rows
+             kernel_variant<false, true, 1, 4, 3, kQmvGeneralLoop, true>("ssm_ntb1_d4_gen"),
+             kernel_variant<false, true, 2, 3, 3, kQmvGeneralLoop, true>("ssm_ntb2_d3_gen"),
                      kernel_variant<false, true, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<false, true, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<false, true, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),

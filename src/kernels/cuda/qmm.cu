@@ -175,7 +175,7 @@ template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     const bool two = a.NT >= 4 * qmm::device_sms();
     if (a.M == 1)
-        return !FP8 && two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, false>(a, s)
+        return !FP8 && two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, false>(a, s)
                            : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
     if (a.M > 8) {
         // INT4, two tiles with two B operands: one chunk in flight per warp, three blocks per SM (session 9,

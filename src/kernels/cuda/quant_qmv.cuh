@@ -65,14 +65,15 @@ inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym) {
 // as many). MINB: blocks per SM the registers must allow. MULTI: 2..16 rows, token r in column r % 8 of B
 // operand r / 8, x read through L1 (else one row, x staged in shared memory). ABL: benchmark ablations only
 // (bench/gpu/bench_qmv_variants.cu; results are wrong, the time is what is read), a mask of kQmvNoDequant,
-// kQmvNoMma, kQmvNoX and kQmvNoFlush; qmm.cu always launches ABL = 0. SSM: the block stages its n-tiles'
+// kQmvNoMma, kQmvNoX and kQmvNoFlush, and kQmvGeneralLoop (exact: the general loop where the fixed-group one
+// applies, for the A/B); qmm.cu always launches ABL = 0. SSM: the block stages its n-tiles'
 // scales (f32) and zero points for every group in shared memory once, before the programmatic-launch wait
 // (qmv_smem_ssm), so the per-chunk path loads only weights and the group flush reads its scales from shared
 // memory (qmm.cu: INT4); without it every group's scale (and every chunk's zero point) is a global load with
 // its own address arithmetic, issued with the weights (qmm.cu: FP8, one scale per 128x128 block). MAXM: the
 // most rows a MULTI launch may have (the block-sum rows; above 8 each A fragment meets two B operands of 8
 // tokens); qmm.cu launches 8 for 2..8 rows and 16 for 9..16.
-enum : int { kQmvNoDequant = 1, kQmvNoMma = 2, kQmvNoX = 4, kQmvNoFlush = 8 };
+enum : int { kQmvNoDequant = 1, kQmvNoMma = 2, kQmvNoX = 4, kQmvNoFlush = 8, kQmvGeneralLoop = 16 };
 template <bool FP8,
           bool ASYM,
           int SSZ,
@@ -213,84 +214,120 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 #pragma unroll
         for (int e = 0; e < 4 * NH; ++e) cur[j][e] = 0.0f;
     }
-    int rem = cpg - c0 % cpg;  // chunks left in the current scale group
-    // SSM: row g of that group's table row (a running pointer: a loop-carried value is not recomputed).
+    // SSM: row g of the current group's table row (a running pointer: a loop-carried value is not recomputed).
     const float* sgrp = sst + (c0 / cpg) * BW + g;
     const uint32_t* zgrp = zst + (c0 / cpg) * BW + g;
-    for (int cb = c0; cb < c1; cb += D) {
+    // Chunk c (weights in slot s) into cur; `first`: the chunk opens a scale group whose cur was not zeroed,
+    // so its first mma takes no accumulator.
+    auto chunk = [&](int s, int c, bool first) {
+        uint32_t b0[NH][4], b1[NH][4];
 #pragma unroll
-        for (int s = 0; s < D; ++s) {
-            const int c = cb + s;
-            if (c >= c1) break;
-            uint32_t b0[NH][4], b1[NH][4];
+        for (int h = 0; h < NH; ++h) {
+            if constexpr ((ABL & kQmvNoX) != 0) {
 #pragma unroll
-            for (int h = 0; h < NH; ++h) {
-                if constexpr ((ABL & kQmvNoX) != 0) {
-#pragma unroll
-                    for (int kt = 0; kt < 4; ++kt) b0[h][kt] = b1[h][kt] = 0x3F803F80u;
-                } else {
-                    uint4 u = make_uint4(0u, 0u, 0u, 0u), v = u;
-                    if (!MULTI || row_ok[h]) {
-                        if constexpr (MULTI)
-                            u = __ldg(xl[h] + c * 8), v = __ldg(xl[h] + c * 8 + 1);
-                        else
-                            u = xl[h][c * 8], v = xl[h][c * 8 + 1];
-                    }
-                    b0[h][0] = u.x, b1[h][0] = u.y, b0[h][1] = u.z, b1[h][1] = u.w;
-                    b0[h][2] = v.x, b1[h][2] = v.y, b0[h][3] = v.z, b1[h][3] = v.w;
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < NTB; ++j) {
-                uint32_t zx = 0x43084308u, zy = 0x43084308u;  // BF16x2 of 128 + z (symmetric: z = 8)
-                if constexpr (ASYM && SSM) {
-                    zx = zgrp[j * 16], zy = zgrp[j * 16 + 8];
-                } else if constexpr (ASYM) {
-                    zx = (0x4300u + (zr[s][j] & 0xFFu)) * 0x10001u;
-                    zy = (0x4300u + (zr[s][j] >> 8)) * 0x10001u;
-                }
-#pragma unroll
-                for (int kt = 0; kt < 4; ++kt) {
-                    uint32_t a0, a1, a2, a3;
-                    if constexpr ((ABL & kQmvNoDequant) != 0) {
-                        const uint4& qq = wq[s][j][0];
-                        a0 = qq.x ^ zx, a1 = qq.y, a2 = qq.z, a3 = qq.w;
-                    } else {
-                        a_fragment<FP8>(wq[s][j], kt, zx, zy, a0, a1, a2, a3);
-                    }
-#pragma unroll
-                    for (int h = 0; h < NH; ++h) {
-                        if constexpr ((ABL & kQmvNoMma) != 0)
-                            cur[j][4 * h + (kt & 3)] +=
-                                __uint_as_float((a0 ^ a1 ^ a2 ^ a3 ^ b0[h][kt] ^ b1[h][kt]) & 0x3FFFFFFFu);
-                        else
-                            mma_bf16(cur[j] + 4 * h, a0, a1, a2, a3, b0[h][kt], b1[h][kt]);
-                    }
-                }
-            }
-            if ((ABL & kQmvNoFlush) != 0 && c + 1 < c1) {
-                --rem;                               // the flush only at the warp's range end
-            } else if (--rem == 0 || c + 1 == c1) {  // group end, or the warp's range ends inside the group
-#pragma unroll
-                for (int j = 0; j < NTB; ++j) {
-                    float sl, sh;
-                    if constexpr (SSM)
-                        sl = sgrp[j * 16], sh = sgrp[j * 16 + 8];
+                for (int kt = 0; kt < 4; ++kt) b0[h][kt] = b1[h][kt] = 0x3F803F80u;
+            } else {
+                uint4 u = make_uint4(0u, 0u, 0u, 0u), v = u;
+                if (!MULTI || row_ok[h]) {
+                    if constexpr (MULTI)
+                        u = __ldg(xl[h] + c * 8), v = __ldg(xl[h] + c * 8 + 1);
                     else
-                        sl = to_f(slo[s][j]), sh = to_f(shi[s][j]);
-                    if constexpr (MULTI) {
-#pragma unroll
-                        for (int e = 0; e < 4 * NH; ++e) acc[j][e] += cur[j][e] * ((e & 2) ? sh : sl);
-                    } else {
-                        acc[j][0] += cur[j][0] * sl, acc[j][1] += cur[j][2] * sh;
-                    }
-#pragma unroll
-                    for (int e = 0; e < 4 * NH; ++e) cur[j][e] = 0.0f;
+                        u = xl[h][c * 8], v = xl[h][c * 8 + 1];
                 }
-                rem = cpg;
-                sgrp += BW, zgrp += BW;
+                b0[h][0] = u.x, b1[h][0] = u.y, b0[h][1] = u.z, b1[h][1] = u.w;
+                b0[h][2] = v.x, b1[h][2] = v.y, b0[h][3] = v.z, b1[h][3] = v.w;
             }
-            load(s);
+        }
+#pragma unroll
+        for (int j = 0; j < NTB; ++j) {
+            uint32_t zx = 0x43084308u, zy = 0x43084308u;  // BF16x2 of 128 + z (symmetric: z = 8)
+            if constexpr (ASYM && SSM) {
+                zx = zgrp[j * 16], zy = zgrp[j * 16 + 8];
+            } else if constexpr (ASYM) {
+                zx = (0x4300u + (zr[s][j] & 0xFFu)) * 0x10001u;
+                zy = (0x4300u + (zr[s][j] >> 8)) * 0x10001u;
+            }
+#pragma unroll
+            for (int kt = 0; kt < 4; ++kt) {
+                uint32_t a0, a1, a2, a3;
+                if constexpr ((ABL & kQmvNoDequant) != 0) {
+                    const uint4& qq = wq[s][j][0];
+                    a0 = qq.x ^ zx, a1 = qq.y, a2 = qq.z, a3 = qq.w;
+                } else {
+                    a_fragment<FP8>(wq[s][j], kt, zx, zy, a0, a1, a2, a3);
+                }
+#pragma unroll
+                for (int h = 0; h < NH; ++h) {
+                    if constexpr ((ABL & kQmvNoMma) != 0)
+                        cur[j][4 * h + (kt & 3)] +=
+                            __uint_as_float((a0 ^ a1 ^ a2 ^ a3 ^ b0[h][kt] ^ b1[h][kt]) & 0x3FFFFFFFu);
+                    else if (first && kt == 0)
+                        mma_bf16_first(cur[j] + 4 * h, a0, a1, a2, a3, b0[h][kt], b1[h][kt]);
+                    else
+                        mma_bf16(cur[j] + 4 * h, a0, a1, a2, a3, b0[h][kt], b1[h][kt]);
+                }
+            }
+        }
+    };
+    // The group's sums times its scales into acc (slot s carries the raw scale bits without SSM); `zero`:
+    // clear cur for the next group.
+    auto flush = [&](int s, bool zero) {
+#pragma unroll
+        for (int j = 0; j < NTB; ++j) {
+            float sl, sh;
+            if constexpr (SSM)
+                sl = sgrp[j * 16], sh = sgrp[j * 16 + 8];
+            else
+                sl = to_f(slo[s][j]), sh = to_f(shi[s][j]);
+            if constexpr (MULTI) {
+#pragma unroll
+                for (int e = 0; e < 4 * NH; ++e) acc[j][e] += cur[j][e] * ((e & 2) ? sh : sl);
+            } else {
+                acc[j][0] += cur[j][0] * sl, acc[j][1] += cur[j][2] * sh;
+            }
+            if (zero) {
+#pragma unroll
+                for (int e = 0; e < 4 * NH; ++e) cur[j][e] = 0.0f;
+            }
+        }
+        sgrp += BW, zgrp += BW;
+    };
+    bool done = false;
+    if constexpr (SSM && ABL == 0 && D % 2 == 0) {
+        // Scale groups of two chunks and a warp range of whole groups (g128 weights, K a multiple of 1024
+        // channels): the flushes fall on fixed slots, each group's first mma starts its sum, and the loop
+        // keeps no group counter (the general loop below spent ~20 instructions per chunk on that
+        // bookkeeping: session 9 SASS).
+        if (cpg == 2 && ((c0 | c1) & 1) == 0) {
+            for (int cb = c0; cb < c1; cb += D) {
+#pragma unroll
+                for (int s = 0; s < D; ++s) {
+                    const int c = cb + s;
+                    if (s > 0 && s % 2 == 0 && c >= c1) break;  // the range ends on a group boundary
+                    chunk(s, c, s % 2 == 0);
+                    if (s % 2 == 1) flush(s, false);
+                    load(s);
+                }
+            }
+            done = true;
+        }
+    }
+    if (!done) {
+        int rem = cpg - c0 % cpg;  // chunks left in the current scale group
+        for (int cb = c0; cb < c1; cb += D) {
+#pragma unroll
+            for (int s = 0; s < D; ++s) {
+                const int c = cb + s;
+                if (c >= c1) break;
+                chunk(s, c, false);
+                if ((ABL & kQmvNoFlush) != 0 && c + 1 < c1) {
+                    --rem;                               // the flush only at the warp's range end
+                } else if (--rem == 0 || c + 1 == c1) {  // group end, or the warp's range ends inside the group
+                    flush(s, true);
+                    rem = cpg;
+                }
+                load(s);
+            }
         }
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
