@@ -146,7 +146,8 @@ Variant kernel_variant(const char* name) {
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(qmm::kQmvMaxSmem)),
           "smem attribute");
-    return {name, (ABL & ~qmm::kQmvGeneralLoop) == 0, k, NTB, 0, SSM ? 2 : MULTI ? 0 : 1, {}};
+    constexpr int kExact = qmm::kQmvGeneralLoop | qmm::kQmvScalarStage;  // A/B switches, same result
+    return {name, (ABL & ~kExact) == 0, k, NTB, 0, SSM ? 2 : MULTI ? 0 : 1, {}};
 }
 
 // The library's entry point on the same weight (INT4: symmetric g128, F16 scales; FP8: 128 x 128 blocks):
@@ -198,7 +199,8 @@ struct Group {
 };
 
 std::vector<Group> groups(int sms) {
-    using qmm::kQmvNoDequant, qmm::kQmvNoMma, qmm::kQmvNoX, qmm::kQmvNoFlush, qmm::kQmvGeneralLoop;
+    using qmm::kQmvNoDequant, qmm::kQmvNoMma, qmm::kQmvNoX, qmm::kQmvNoFlush, qmm::kQmvGeneralLoop,
+        qmm::kQmvScalarStage;
     constexpr int kAll = kQmvNoDequant | kQmvNoMma | kQmvNoX | kQmvNoFlush;
     std::vector<Group> g;
     g.push_back({"int4_m1",
@@ -222,6 +224,9 @@ std::vector<Group> groups(int sms) {
                      // The general loop where the fixed-group loop applies (even depths, g128): the A/B.
                      kernel_variant<false, false, 1, 4, 3, kQmvGeneralLoop, true>("ssm_ntb1_d4_gen"),
                      kernel_variant<false, false, 2, 2, 3, kQmvGeneralLoop, true>("ssm_ntb2_d2_gen"),
+                     // The scale table staged one entry per load (before 16-byte loads of 8 rows): the A/B.
+                     kernel_variant<false, false, 1, 4, 3, kQmvScalarStage, true>("ssm_ntb1_d4_sst"),
+                     kernel_variant<false, false, 2, 2, 3, kQmvScalarStage, true>("ssm_ntb2_d2_sst"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
@@ -248,6 +253,8 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 2, 3, 3, 0, true>("ssm_ntb2_d3"),  // qmm.cu's INT4 2..8 rows
              kernel_variant<false, true, 1, 4, 3, kQmvGeneralLoop, true>("ssm_ntb1_d4_gen"),
              kernel_variant<false, true, 2, 3, 3, kQmvGeneralLoop, true>("ssm_ntb2_d3_gen"),
+             kernel_variant<false, true, 1, 4, 3, kQmvScalarStage, true>("ssm_ntb1_d4_sst"),
+             kernel_variant<false, true, 2, 3, 3, kQmvScalarStage, true>("ssm_ntb2_d3_sst"),
                      kernel_variant<false, true, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<false, true, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<false, true, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),

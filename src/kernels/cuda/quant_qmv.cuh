@@ -65,15 +65,15 @@ inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym) {
 // as many). MINB: blocks per SM the registers must allow. MULTI: 2..16 rows, token r in column r % 8 of B
 // operand r / 8, x read through L1 (else one row, x staged in shared memory). ABL: benchmark ablations only
 // (bench/gpu/bench_qmv_variants.cu; results are wrong, the time is what is read), a mask of kQmvNoDequant,
-// kQmvNoMma, kQmvNoX and kQmvNoFlush, and kQmvGeneralLoop (exact: the general loop where the fixed-group one
-// applies, for the A/B); qmm.cu always launches ABL = 0. SSM: the block stages its n-tiles'
+// kQmvNoMma, kQmvNoX and kQmvNoFlush, and the exact A/B switches kQmvGeneralLoop (the general loop where the
+// fixed-group one applies) and kQmvScalarStage (the scale table one entry per load); qmm.cu launches ABL = 0. SSM: the block stages its n-tiles'
 // scales (f32) and zero points for every group in shared memory once, before the programmatic-launch wait
 // (qmv_smem_ssm), so the per-chunk path loads only weights and the group flush reads its scales from shared
 // memory (qmm.cu: INT4); without it every group's scale (and every chunk's zero point) is a global load with
 // its own address arithmetic, issued with the weights (qmm.cu: FP8, one scale per 128x128 block). MAXM: the
 // most rows a MULTI launch may have (the block-sum rows; above 8 each A fragment meets two B operands of 8
 // tokens); qmm.cu launches 8 for 2..8 rows and 16 for 9..16.
-enum : int { kQmvNoDequant = 1, kQmvNoMma = 2, kQmvNoX = 4, kQmvNoFlush = 8, kQmvGeneralLoop = 16 };
+enum : int { kQmvNoDequant = 1, kQmvNoMma = 2, kQmvNoX = 4, kQmvNoFlush = 8, kQmvGeneralLoop = 16, kQmvScalarStage = 32 };
 template <bool FP8,
           bool ASYM,
           int SSZ,
@@ -159,8 +159,35 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int BW = NTB * 16;  // rows per group row of the table
     float* sst = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_u4) + qmv_smem(a));
     uint32_t* zst = reinterpret_cast<uint32_t*>(sst + qmv_groups(a) * BW);
+    // 2-byte scales on 16-byte boundaries (the loader's allocations): 8 rows of one group per 16-byte load
+    // (a scale row holds NP = NT * 16 entries, so 8 rows of one n-tile never cross it; rows past N are
+    // padding that is never stored). Else one entry per load.
+    bool staged = false;
+    if constexpr (SSM && !FP8 && SSZ == 2 && (ABL & kQmvScalarStage) == 0) {
+        if ((reinterpret_cast<uintptr_t>(a.scales) & 15) == 0 &&
+            (!ASYM || (reinterpret_cast<uintptr_t>(a.zeros) & 7) == 0)) {
+            constexpr int PPG = BW / 8;  // 8-row pieces per group row of the table
+            for (int i = static_cast<int>(threadIdx.x); i < qmv_groups(a) * PPG; i += kQmvThreads) {
+                const int grp = i / PPG, pr = i - grp * PPG;
+                const int nt = min(static_cast<int>(blockIdx.x) * NTB + (pr >> 1), a.NT - 1);
+                const int64_t off = static_cast<int64_t>(grp) * a.NP + nt * 16 + (pr & 1) * 8;
+                const uint4 v = __ldg(reinterpret_cast<const uint4*>(sbase + off));
+                float4* d = reinterpret_cast<float4*>(sst + grp * BW + pr * 8);
+                d[0] = make_float4(to_f(v.x & 0xFFFFu), to_f(v.x >> 16), to_f(v.y & 0xFFFFu), to_f(v.y >> 16));
+                d[1] = make_float4(to_f(v.z & 0xFFFFu), to_f(v.z >> 16), to_f(v.w & 0xFFFFu), to_f(v.w >> 16));
+                if constexpr (ASYM) {
+                    const uint2 z = __ldg(reinterpret_cast<const uint2*>(a.zeros + off));
+                    uint4* zd = reinterpret_cast<uint4*>(zst + grp * BW + pr * 8);
+                    auto zb = [](uint32_t w, int k) { return (0x4300u + ((w >> (8 * k)) & 0xFFu)) * 0x10001u; };
+                    zd[0] = make_uint4(zb(z.x, 0), zb(z.x, 1), zb(z.x, 2), zb(z.x, 3));
+                    zd[1] = make_uint4(zb(z.y, 0), zb(z.y, 1), zb(z.y, 2), zb(z.y, 3));
+                }
+            }
+            staged = true;
+        }
+    }
     if constexpr (SSM) {
-        for (int i = static_cast<int>(threadIdx.x); i < qmv_groups(a) * BW; i += kQmvThreads) {
+        for (int i = static_cast<int>(threadIdx.x); !staged && i < qmv_groups(a) * BW; i += kQmvThreads) {
             const int grp = i / BW, r = i - grp * BW;
             const int nt = min(static_cast<int>(blockIdx.x) * NTB + (r >> 4), a.NT - 1);
             const int row = min(nt * 16 + (r & 15), a.N - 1);
@@ -293,7 +320,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         sgrp += BW, zgrp += BW;
     };
     bool done = false;
-    if constexpr (SSM && ABL == 0 && D % 2 == 0) {
+    if constexpr (SSM && (ABL & ~kQmvScalarStage) == 0 && D % 2 == 0) {
         // Scale groups of two chunks and a warp range of whole groups (g128 weights, K a multiple of 1024
         // channels): the flushes fall on fixed slots, each group's first mma starts its sum, and the loop
         // keeps no group counter (the general loop below spent ~20 instructions per chunk on that
