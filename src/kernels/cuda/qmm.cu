@@ -165,6 +165,8 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
 }
 
 // One block per NTB n-tiles over all of K: NTB = 2 when the weight has at least 4 n-tiles per SM, else 1, but
+// INT4 one row two tiles at depth 2 (the fixed-group loop of quant_qmv.cuh needs an even depth; session 9:
+// gate_up 27.4 us, 28.8 at depth 3; lm_head 166 / 170), and
 // FP8 one row always 1 (session 9: gate_up 48.4 / 49.8 us, lm_head 297.5 / 302.3 with one / two; the
 // two-tile FP8 one-row kernel also spills at 64 registers). Session 8, INT4 one row: two-tile blocks took q_gate (768 n-tiles) 13.3 -> 12.2 us while down and
 // o_proj (320) were 17-20% slower with them. Session 9, staged scales and fragment-ordered x, the same
@@ -178,11 +180,14 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         return !FP8 && two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, false>(a, s)
                            : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
     if (a.M > 8) {
-        // INT4, two tiles with two B operands: one chunk in flight per warp, three blocks per SM (session 9,
-        // 16 rows: gate_up 45.4 us with two chunks (spilling at 80 registers), 48.5 with two blocks per SM,
-        // 41.6 so; q_gate 16.1 / 19.6 / 14.4).
-        if constexpr (!FP8)
+        // INT4, two tiles with two B operands. From 8 n-tiles per SM two chunks in flight at two blocks per SM
+        // (no spills, and the fixed-group loop, which needs an even depth), else one chunk at three blocks
+        // (session 9, sixteen rows, same call: gate_up 36.2 / 40.1 us, lm_head 238 / 257; q_gate 15.6 / 14.1,
+        // gdn_qkv 14.2 / 14.0).
+        if constexpr (!FP8) {
+            if (a.NT >= 8 * qmm::device_sms()) return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
             if (two) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
+        }
         return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 16>(a, s);
     }
     two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
