@@ -200,7 +200,7 @@ struct Group {
 
 std::vector<Group> groups(int sms) {
     using qmm::kQmvNoDequant, qmm::kQmvNoMma, qmm::kQmvNoX, qmm::kQmvNoFlush, qmm::kQmvGeneralLoop,
-        qmm::kQmvScalarStage;
+        qmm::kQmvScalarStage, qmm::kQmvSubZ;
     constexpr int kAll = kQmvNoDequant | kQmvNoMma | kQmvNoX | kQmvNoFlush;
     std::vector<Group> g;
     g.push_back({"int4_m1",
@@ -227,6 +227,12 @@ std::vector<Group> groups(int sms) {
                      // The scale table staged one entry per load (before 16-byte loads of 8 rows): the A/B.
                      kernel_variant<false, false, 1, 4, 3, kQmvScalarStage, true>("ssm_ntb1_d4_sst"),
                      kernel_variant<false, false, 2, 2, 3, kQmvScalarStage, true>("ssm_ntb2_d2_sst"),
+                     // The zero point subtracted from every weight before the mma (before session 10): the A/B
+                     // of the folded zero point (not bit-comparable: fp32 rounding differs).
+                     kernel_variant<false, false, 1, 4, 3, kQmvSubZ, true>("ssm_ntb1_d4_subz"),
+                     kernel_variant<false, false, 2, 2, 3, kQmvSubZ, true>("ssm_ntb2_d2_subz"),
+                     kernel_variant<false, false, 1, 6, 3, 0, true>("ssm_ntb1_d6"),
+                     kernel_variant<false, false, 2, 4, 2, 0, true>("ssm_ntb2_d4_mb2"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
@@ -255,6 +261,9 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 2, 3, 3, kQmvGeneralLoop, true>("ssm_ntb2_d3_gen"),
              kernel_variant<false, true, 1, 4, 3, kQmvScalarStage, true>("ssm_ntb1_d4_sst"),
              kernel_variant<false, true, 2, 3, 3, kQmvScalarStage, true>("ssm_ntb2_d3_sst"),
+             kernel_variant<false, true, 1, 4, 3, kQmvSubZ, true>("ssm_ntb1_d4_subz"),
+             kernel_variant<false, true, 2, 3, 3, kQmvSubZ, true>("ssm_ntb2_d3_subz"),
+             kernel_variant<false, true, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
                      kernel_variant<false, true, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<false, true, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<false, true, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
@@ -280,6 +289,8 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 1, 4, 3, 0, true, 16>("ssm_ntb1_d4"),
              kernel_variant<false, true, 2, 3, 3, 0, true, 16>("ssm_ntb2_d3"),
              kernel_variant<false, true, 2, 3, 2, 0, true, 16>("ssm_ntb2_d3_mb2"),  // qmm.cu: no spills
+             kernel_variant<false, true, 2, 3, 2, kQmvSubZ, true, 16>("ssm_ntb2_d3_mb2_subz"),
+             kernel_variant<false, true, 1, 4, 3, kQmvSubZ, true, 16>("ssm_ntb1_d4_subz"),
              kernel_variant<false, true, 2, 2, 3, 0, true, 16>("ssm_ntb2_d2"),
              library<false>("library"),
          }});
@@ -363,9 +374,11 @@ static int run_bench(int argc, char** argv) {
     const std::vector<Group> gs = groups(sms);
 
     constexpr int kMaxN = 248320, kMaxK = 17408, kRows = 16;
-    uint16_t* x = nullptr;
-    float *y = nullptr, *yref = nullptr;
+    uint16_t *x = nullptr, *xplain = nullptr;
+    float *y = nullptr, *yref = nullptr, *xsum = nullptr;
     check(cudaMalloc(&x, static_cast<size_t>(kRows) * kMaxK * 2), "cudaMalloc");
+    check(cudaMalloc(&xplain, static_cast<size_t>(kRows) * kMaxK * 2), "cudaMalloc");
+    check(cudaMalloc(&xsum, static_cast<size_t>(kMaxK / 64) * 16 * 4), "cudaMalloc");
     check(cudaMalloc(&y, static_cast<size_t>(kRows) * kMaxN * 4), "cudaMalloc");
     check(cudaMalloc(&yref, static_cast<size_t>(kRows) * kMaxN * 4), "cudaMalloc");
     std::vector<float> h(static_cast<size_t>(kRows) * kMaxN), href(h.size());
@@ -393,13 +406,18 @@ static int run_bench(int argc, char** argv) {
                 gc::random_fill(S[c], grp.fp8 ? DType::F32 : DType::F16, static_cast<int64_t>(ns), 200 + c,
                                 grp.fp8 ? 0.0075f : 0.0005f, grp.fp8 ? 0.0125f : 0.001f, nullptr);
             }
-            // Two or more rows: x as qmm.cu hands it to the kernel, in B-fragment order with K rounded to 64
-            // (random either way; the library variant converts its own copy).
+            // Two or more rows: x as qmm.cu hands it to the kernel, in B-fragment order with K rounded to 64,
+            // and (INT4) its chunk sums, made by the library's prep from a random x [M, K] (the library variant
+            // converts its own copy).
             const int ldx = grp.M > 1 ? KC * 64 : (sh.K + 7) / 8 * 8;
-            gc::random_fill(x, DType::BF16, static_cast<int64_t>(grp.M) * ldx, 7, 1.0f, 0.0f, nullptr);
+            gc::random_fill(grp.M > 1 ? xplain : x, DType::BF16, static_cast<int64_t>(grp.M) * sh.K, 7, 1.0f, 0.0f,
+                            nullptr);
+            if (grp.M > 1)
+                gc::qmm_prep_xfrag(xplain, grimoire::cuda::kBF16, nullptr, grp.M, sh.K, KC, x,
+                                   grp.fp8 ? nullptr : xsum, nullptr);
             check(cudaDeviceSynchronize(), "fill");
             Args a{};
-            a.x = x, a.ldx = ldx, a.ydt = grimoire::cuda::kF32, a.M = grp.M, a.gpc = 1;
+            a.x = x, a.xsum = xsum, a.ldx = ldx, a.ydt = grimoire::cuda::kF32, a.M = grp.M, a.gpc = 1;
             a.N = sh.N, a.K = sh.K, a.NT = NT, a.KC = KC, a.G = G, a.gs = 128;
             if (grp.fp8)
                 a.sdt = grimoire::cuda::kF32, a.ssz = 4, a.bn = 128, a.SG = G;

@@ -32,8 +32,9 @@ size_t partials_region() {
 
 void qmm_workspace_need(int64_t N, int64_t K, size_t* partial_bytes, int* n_counters) {
     const int64_t NT = (N + 15) / 16;
-    *partial_bytes =
-        partials_region() + static_cast<size_t>(kQmmMaxM) * static_cast<size_t>((K + 63) / 64 * 64) * 2;
+    // ... and the x chunk sums [KC][16] f32 of the INT4 qmv kernel (as many bytes as K rounded to 64).
+    const size_t k64 = static_cast<size_t>((K + 63) / 64 * 64);
+    *partial_bytes = partials_region() + static_cast<size_t>(kQmmMaxM) * k64 * 2 + k64;
     *n_counters = static_cast<int>((NT + qmm::kNtPerBlock - 1) / qmm::kNtPerBlock);
 }
 
@@ -59,18 +60,33 @@ __global__ void prep_x_kernel(const void* x, int xdt, const int32_t* perm, int M
 // x [M, K] (BF16 or F32, any alignment) -> BF16 [M][KC * 64] in the B-fragment order of quant_qmv.cuh's
 // 2..16-row kernel (qmm::xfrag_channel), zeros past K: a lane then loads its B fragments of a chunk as two
 // 16-byte words instead of eight 4-byte ones (those loads were a third of the four-row kernel's time on the
-// 27B down projection: docs/BENCHMARKS.md, session 9). Row blockIdx.y; a programmatic dependent launch, so
-// the qmv kernel after it prefetches its weights and stages its scales while this runs.
+// 27B down projection: docs/BENCHMARKS.md, session 9). With xsum (INT4), each chunk's f32 sum of those BF16
+// values into xsum [KC][16] (token slot r; slots M..15 zero), which the kernel's zero-point correction
+// multiplies. One warp per chunk (lane l: positions l and l + 32, then a fixed shuffle tree, so the sums are
+// deterministic), row blockIdx.y; a programmatic dependent launch, so the qmv kernel after it prefetches its
+// weights and stages its scales while this runs.
 __global__ void prep_x_frag_kernel(
-    const void* x, int xdt, const int32_t* perm, int K, int ldf, uint16_t* out) {
+    const void* x, int xdt, const int32_t* perm, int M, int K, int KC, uint16_t* out, float* xsum) {
     pdl_enter();
-    const int64_t r = blockIdx.y;
-    for (int o = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); o < ldf;
-         o += static_cast<int>(gridDim.x * blockDim.x)) {
-        const int k = (o & ~63) + qmm::xfrag_channel(o & 63);
-        float v = 0.0f;
-        if (k < K) v = ld(x, xdt, r * K + (perm ? perm[k] : k));
-        out[r * ldf + o] = __bfloat16_as_ushort(__float2bfloat16(v));
+    const int r = static_cast<int>(blockIdx.y), lane = static_cast<int>(threadIdx.x) & 31;
+    const int warps = static_cast<int>(gridDim.x * blockDim.x) >> 5;
+    const int64_t ldf = static_cast<int64_t>(KC) * 64;
+    for (int c = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) >> 5); c < KC; c += warps) {
+        float v[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int o = c * 64 + lane + 32 * i;
+            const int k = c * 64 + qmm::xfrag_channel(lane + 32 * i);
+            const __nv_bfloat16 b = __float2bfloat16(k < K ? ld(x, xdt, r * static_cast<int64_t>(K) + (perm ? perm[k] : k)) : 0.0f);
+            out[r * ldf + o] = __bfloat16_as_ushort(b);
+            v[i] = __bfloat162float(b);
+        }
+        if (xsum == nullptr) continue;
+        float sum = v[0] + v[1];
+#pragma unroll
+        for (int m = 16; m >= 1; m >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, m);
+        if (lane == 0) xsum[c * 16 + r] = sum;
+        if (r == 0 && lane > 0 && lane < 16 && lane >= M) xsum[c * 16 + lane] = 0.0f;
     }
 }
 
@@ -358,11 +374,10 @@ bool qmm_prepare(const char* op,
     uint16_t* xb = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(ws.partials) + partials_region());
     if (a.M >= 2 && qmv_route(a, fp8, asym, forced)) {
         a.ldx = static_cast<int>(KC * 64);
-        const unsigned bx = static_cast<unsigned>(std::min<int64_t>((a.ldx + 255) / 256, 1024));
-        launch_pdl(prep_x_frag_kernel, dim3(bx, static_cast<unsigned>(M)), dim3(256), 0, s, x.data, xdt, perm,
-                   a.K, a.ldx, xb);
+        float* xsum = fp8 ? nullptr : reinterpret_cast<float*>(xb + static_cast<size_t>(kQmmMaxM) * a.ldx);
+        qmm_prep_xfrag(x.data, xdt, perm, a.M, a.K, a.KC, xb, xsum, s);
         check_launch(op);
-        a.x = xb;
+        a.x = xb, a.xsum = xsum;
     } else if (xdt == kBF16 && perm == nullptr && K % 8 == 0 &&
                (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
         a.x = static_cast<const uint16_t*>(x.data), a.ldx = static_cast<int>(K);
@@ -375,6 +390,13 @@ bool qmm_prepare(const char* op,
         a.x = xb;
     }
     return true;
+}
+
+void qmm_prep_xfrag(const void* x, int xdt, const int32_t* perm, int M, int K, int KC, uint16_t* out, float* xsum,
+                    cudaStream_t s) {
+    const unsigned bx = static_cast<unsigned>(std::min(std::max((KC + 7) / 8, 1), 1024));  // 8 chunks per block
+    launch_pdl(prep_x_frag_kernel, dim3(bx, static_cast<unsigned>(M)), dim3(256), 0, s, x, xdt, perm, M, K, KC, out,
+               xsum);
 }
 
 void qmm_int4(const Int4Dev& w,

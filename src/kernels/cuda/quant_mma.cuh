@@ -97,6 +97,8 @@ struct Args {
     int sdt;                // INT4 scale dtype code (kF16, kBF16, kF32)
     const uint8_t* zeros;   // INT4 asymmetric: [G][NP]
     const uint16_t* x;      // [M][ldx] BF16 (act-order gather / conversion already applied)
+    const float* xsum;      // INT4 qmv kernel, 2..16 rows: [KC][16] f32 sums of x over each chunk (token slots
+                            // past M are zero)
     int ldx;                // x row stride: K rounded up to 8
     void* y;
     int ydt;
@@ -247,6 +249,22 @@ __device__ __forceinline__ void a_fragment(const uint4 (&q)[VEC], int kt, uint32
         a2 = bf16x2_sub(and_or(wd >> 8, 0x000F000Fu, 0x43004300u), zx);
         a3 = bf16x2_sub(and_or(wd >> 12, 0x000F000Fu, 0x43004300u), zy);
     }
+}
+
+// INT4 A fragment of k-tile kt as 128 + q in BF16 (exact): the zero point is subtracted after the multiply
+// (quant_qmv.cuh), so a word of 8 weights costs 3 shifts and 4 lop3.
+__device__ __forceinline__ void a_fragment_int4_raw(const uint4& qq, int kt, uint32_t& a0, uint32_t& a1,
+                                                    uint32_t& a2, uint32_t& a3) {
+    const uint32_t wd = kt == 0 ? qq.x : kt == 1 ? qq.y : kt == 2 ? qq.z : qq.w;
+    a0 = and_or(wd, 0x000F000Fu, 0x43004300u);
+    a1 = and_or(wd >> 4, 0x000F000Fu, 0x43004300u);
+    a2 = and_or(wd >> 8, 0x000F000Fu, 0x43004300u);
+    a3 = and_or(wd >> 12, 0x000F000Fu, 0x43004300u);
+}
+
+// The sum of a BF16x2 word's two values in f32.
+__device__ __forceinline__ float bf16x2_sum(uint32_t w) {
+    return __uint_as_float(w << 16) + __uint_as_float(w & 0xFFFF0000u);
 }
 
 // A column block's running sums: acc (scaled) and cur (the current scale group's), [n-tile][token tile][4].

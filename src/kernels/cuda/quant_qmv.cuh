@@ -20,8 +20,14 @@
 //   * One row: x is copied once per warp, only its channel range, into shared memory, and the B fragment of
 //     every k-tile holds that x in all 8 columns, so every lane's accumulator holds the result for its rows g
 //     and g + 8. Two to eight rows (MULTI): token r in column r, read straight from x through L1.
-//   * The dequant is quant_mma.cuh's a_fragment (INT4: exact q - z in BF16; FP8: exact), the group scale is
-//     applied in fp32 to each group's mma sum, as in the other kernels.
+//   * FP8: the dequant is quant_mma.cuh's a_fragment (exact). INT4: the A fragment is 128 + q as BF16 (one
+//     lop3 per two weights, exact) and the zero point is subtracted after the multiply, once per group and
+//     token: sum_k (q_k - z) x_k = sum_k (128 + q_k) x_k - (128 + z) sum_k x_k, with sum_k x_k the group's
+//     sum of the BF16 x the mma reads (chunk sums: the one row's staging computes them, 2..16 rows read them
+//     from qmm.cu's prep_x_frag_kernel). That drops the per-weight BF16 subtract (4 of the 11 instructions
+//     per 8 weights; the kernel is issue-bound: docs/BENCHMARKS.md session 9). The cancellation costs about
+//     5 bits of the fp32 sum (|128 + q| against |q - z|), far inside the BF16 output's 8. The group scale is
+//     applied in fp32 to each group's corrected sum.
 #pragma once
 
 #include "kernels/cuda/quant_mma.cuh"
@@ -35,8 +41,9 @@ constexpr int kQmvMaxM = 16;  // rows
 // Dynamic shared memory: x for every chunk of the one row (BF16, K rounded up to 64); none for 2..4 rows. The
 // launcher allows kQmvMaxSmem (K up to ~100k channels); a longer row takes the M <= 16 kernels.
 constexpr size_t kQmvMaxSmem = 200 * 1024;
+// One row, INT4: then the f32 sums of x over each chunk (16-byte aligned, so the scale table after it is).
 __host__ __device__ inline size_t qmv_smem(const Args& a) {
-    return a.M == 1 ? static_cast<size_t>(a.KC) * 64 * 2 : 0;
+    return a.M == 1 ? static_cast<size_t>(a.KC) * 64 * 2 + (static_cast<size_t>(a.KC) * 4 + 15) / 16 * 16 : 0;
 }
 // B-fragment order of x within a 64-channel chunk: position j = t * 16 + kt * 4 + h * 2 + e holds channel
 // kt * 16 + h * 8 + 2t + e, so lane (g, t)'s B fragments of k-tiles 0..3 (b0: channels 2t, 2t + 1 of the
@@ -54,8 +61,8 @@ __host__ __device__ inline int qmv_cpg(const Args& a) {
 __host__ __device__ inline int qmv_groups(const Args& a) {
     return (a.KC + qmv_cpg(a) - 1) / qmv_cpg(a);
 }
-// With SSM (scales staged): after x, the block's scales as f32 [groups][NTB * 16] and, asymmetric, the BF16x2
-// of 128 + z [groups][NTB * 16].
+// With SSM (scales staged): after x, the block's scales as f32 [groups][NTB * 16] and, asymmetric, 128 + z
+// [groups][NTB * 16] (f32; BF16x2 with kQmvSubZ).
 inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym) {
     return qmv_smem(a) + static_cast<size_t>(qmv_groups(a)) * ntb * 16 * 4 * (asym ? 2 : 1);
 }
@@ -66,14 +73,24 @@ inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym) {
 // operand r / 8, x read through L1 (else one row, x staged in shared memory). ABL: benchmark ablations only
 // (bench/gpu/bench_qmv_variants.cu; results are wrong, the time is what is read), a mask of kQmvNoDequant,
 // kQmvNoMma, kQmvNoX and kQmvNoFlush, and the exact A/B switches kQmvGeneralLoop (the general loop where the
-// fixed-group one applies) and kQmvScalarStage (the scale table one entry per load); qmm.cu launches ABL = 0. SSM: the block stages its n-tiles'
+// fixed-group one applies) and kQmvScalarStage (the scale table one entry per load), and kQmvSubZ (INT4: the
+// zero point subtracted from every weight in BF16 before the mma, the dequant before session 10; same
+// values up to fp32 rounding); qmm.cu launches ABL = 0. SSM: the block stages its n-tiles'
 // scales (f32) and zero points for every group in shared memory once, before the programmatic-launch wait
 // (qmv_smem_ssm), so the per-chunk path loads only weights and the group flush reads its scales from shared
 // memory (qmm.cu: INT4); without it every group's scale (and every chunk's zero point) is a global load with
 // its own address arithmetic, issued with the weights (qmm.cu: FP8, one scale per 128x128 block). MAXM: the
 // most rows a MULTI launch may have (the block-sum rows; above 8 each A fragment meets two B operands of 8
 // tokens); qmm.cu launches 8 for 2..8 rows and 16 for 9..16.
-enum : int { kQmvNoDequant = 1, kQmvNoMma = 2, kQmvNoX = 4, kQmvNoFlush = 8, kQmvGeneralLoop = 16, kQmvScalarStage = 32 };
+enum : int {
+    kQmvNoDequant = 1,
+    kQmvNoMma = 2,
+    kQmvNoX = 4,
+    kQmvNoFlush = 8,
+    kQmvGeneralLoop = 16,
+    kQmvScalarStage = 32,
+    kQmvSubZ = 64
+};
 template <bool FP8,
           bool ASYM,
           int SSZ,
@@ -91,6 +108,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     extern __shared__ __align__(16) uint4 smem_u4[];
     constexpr int RT = MULTI ? MAXM : 1;  // token rows kept per warp for the block's sum
     constexpr int NH = MULTI && MAXM > 8 ? 2 : 1;  // B operands of 8 tokens each (9..16 rows: two per A)
+    constexpr bool ZF = !FP8 && (ABL & kQmvSubZ) == 0;  // INT4: zero point subtracted after the multiply
     __shared__ float red[kQmvWarps][RT][NTB * 16];
 
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
@@ -122,7 +140,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     uint4 wq[D][NTB][VEC];
     uint32_t slo[D][NTB], shi[D][NTB], zr[D][NTB];
     // The scales are read only with the chunk that ends the group (or the warp's range), whose slot the flush
-    // uses; zero points with every chunk (the dequant needs them).
+    // uses; zero points too when folded (ZF), else with every chunk (the dequant needs them).
     using ST = std::conditional_t<SSZ == 4, unsigned, unsigned short>;
     const ST* sbase = static_cast<const ST*>(a.scales);
     auto load = [&](int s) {
@@ -136,8 +154,10 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             wp[j] += wstride;
             if constexpr (!SSM) {
                 if (last) slo[s][j] = __ldg(sbase + gb + so_lo[j]), shi[s][j] = __ldg(sbase + gb + so_hi[j]);
-                if constexpr (ASYM)
-                    zr[s][j] = __ldg(a.zeros + gb + so_lo[j]) | (__ldg(a.zeros + gb + so_hi[j]) << 8);
+                if constexpr (ASYM) {  // folded: only the flush needs it
+                    if (!ZF || last)
+                        zr[s][j] = __ldg(a.zeros + gb + so_lo[j]) | (__ldg(a.zeros + gb + so_hi[j]) << 8);
+                }
             }
         }
         ++lc;
@@ -158,6 +178,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // SSM: the block's scale (and zero point) table; it does not depend on the previous kernel.
     constexpr int BW = NTB * 16;  // rows per group row of the table
     float* sst = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_u4) + qmv_smem(a));
+    // One row: the chunk sums of x [KC] f32, after x.
+    float* xsum_sm = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_u4) + static_cast<size_t>(KC) * 128);
     uint32_t* zst = reinterpret_cast<uint32_t*>(sst + qmv_groups(a) * BW);
     // 2-byte scales on 16-byte boundaries (the loader's allocations): 8 rows of one group per 16-byte load
     // (a scale row holds NP = NT * 16 entries, so 8 rows of one n-tile never cross it; rows past N are
@@ -178,7 +200,10 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 if constexpr (ASYM) {
                     const uint2 z = __ldg(reinterpret_cast<const uint2*>(a.zeros + off));
                     uint4* zd = reinterpret_cast<uint4*>(zst + grp * BW + pr * 8);
-                    auto zb = [](uint32_t w, int k) { return (0x4300u + ((w >> (8 * k)) & 0xFFu)) * 0x10001u; };
+                    auto zb = [](uint32_t w, int k) {
+                        const uint32_t z = (w >> (8 * k)) & 0xFFu;
+                        return ZF ? __float_as_uint(128.0f + static_cast<float>(z)) : (0x4300u + z) * 0x10001u;
+                    };
                     zd[0] = make_uint4(zb(z.x, 0), zb(z.x, 1), zb(z.x, 2), zb(z.x, 3));
                     zd[1] = make_uint4(zb(z.y, 0), zb(z.y, 1), zb(z.y, 2), zb(z.y, 3));
                 }
@@ -195,8 +220,10 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 sst[i] = static_cast<const float*>(a.scales)[row / a.bn * a.SG + grp];
             else
                 sst[i] = to_f(__ldg(sbase + static_cast<int64_t>(grp) * a.NP + row));
-            if constexpr (ASYM)
-                zst[i] = (0x4300u + __ldg(a.zeros + static_cast<int64_t>(grp) * a.NP + row)) * 0x10001u;
+            if constexpr (ASYM) {
+                const uint32_t z = __ldg(a.zeros + static_cast<int64_t>(grp) * a.NP + row);
+                zst[i] = ZF ? __float_as_uint(128.0f + static_cast<float>(z)) : (0x4300u + z) * 0x10001u;
+            }
         }
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -208,13 +235,26 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // of k-tile q / 2, half q % 2, lane t = w, which go to word w * 8 + q of the chunk. Rows 2..16 read their
     // B fragments straight from the fragment-ordered x in global memory: every block reads the same few KB
     // (L1 / L2 hits). Staging them like the one row measured slower (H200, docs/BENCHMARKS.md session 7).
+    // ZF: each chunk's sum of those BF16 values too (lanes 8i .. 8i + 7 hold one chunk's eight pieces; the
+    // warp's range is whole chunks, so a chunk's lanes are all in it or all past it).
     if constexpr (!MULTI) {
         uint32_t* xw = reinterpret_cast<uint32_t*>(smem_u4);
-        for (int p = c0 * 8 + lane; p < c1 * 8; p += 32) {
+        for (int pb = c0 * 8; pb < c1 * 8; pb += 32) {
+            const int p = pb + lane;
+            const bool in = p < c1 * 8;
             uint4 v = make_uint4(0u, 0u, 0u, 0u);
-            if (p * 8 < a.ldx) v = *reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(p) * 8);
-            uint32_t* d = xw + (p >> 3) * 32 + (p & 7);
-            d[0] = v.x, d[8] = v.y, d[16] = v.z, d[24] = v.w;
+            if (in && p * 8 < a.ldx) v = *reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(p) * 8);
+            if (in) {
+                uint32_t* d = xw + (p >> 3) * 32 + (p & 7);
+                d[0] = v.x, d[8] = v.y, d[16] = v.z, d[24] = v.w;
+            }
+            if constexpr (ZF) {
+                float sum = bf16x2_sum(v.x) + bf16x2_sum(v.y) + (bf16x2_sum(v.z) + bf16x2_sum(v.w));
+                sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
+                sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
+                sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 4);
+                if (in && (lane & 7) == 0) xsum_sm[p >> 3] = sum;
+            }
         }
         if constexpr (!SSM) __syncwarp();
     }
@@ -232,6 +272,13 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                       : smem_u4 + t * 2;
     }
 
+    // ZF: the chunk sums of the lane's tokens 8h + 2t, 8h + 2t + 1 ([KC][16] f32 from qmm.cu's prep; one row:
+    // the staged ones), and their running sum over the current group.
+    const float2* xsl = reinterpret_cast<const float2*>(a.xsum) + t;  // operand h: + 4 h
+    float xs[NH][2];
+#pragma unroll
+    for (int h = 0; h < NH; ++h) xs[h][0] = xs[h][1] = 0.0f;
+
     constexpr int NA = MULTI ? 4 * NH : 2;  // one row: columns 2t and 2t + 1 of C are equal, keep c0 / c2
     float acc[NTB][NA], cur[NTB][4 * NH];
 #pragma unroll
@@ -247,6 +294,18 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // Chunk c (weights in slot s) into cur; `first`: the chunk opens a scale group whose cur was not zeroed,
     // so its first mma takes no accumulator.
     auto chunk = [&](int s, int c, bool first) {
+        if constexpr (ZF) {
+#pragma unroll
+            for (int h = 0; h < NH; ++h) {
+                if constexpr (MULTI) {
+                    const float2 v = __ldg(xsl + c * 8 + 4 * h);
+                    xs[h][0] = first ? v.x : xs[h][0] + v.x, xs[h][1] = first ? v.y : xs[h][1] + v.y;
+                } else {
+                    const float v = xsum_sm[c];
+                    xs[h][0] = first ? v : xs[h][0] + v;
+                }
+            }
+        }
         uint32_t b0[NH][4], b1[NH][4];
 #pragma unroll
         for (int h = 0; h < NH; ++h) {
@@ -268,7 +327,9 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
             uint32_t zx = 0x43084308u, zy = 0x43084308u;  // BF16x2 of 128 + z (symmetric: z = 8)
-            if constexpr (ASYM && SSM) {
+            if constexpr (ZF) {
+                // subtracted at the flush
+            } else if constexpr (ASYM && SSM) {
                 zx = zgrp[j * 16], zy = zgrp[j * 16 + 8];
             } else if constexpr (ASYM) {
                 zx = (0x4300u + (zr[s][j] & 0xFFu)) * 0x10001u;
@@ -280,6 +341,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 if constexpr ((ABL & kQmvNoDequant) != 0) {
                     const uint4& qq = wq[s][j][0];
                     a0 = qq.x ^ zx, a1 = qq.y, a2 = qq.z, a3 = qq.w;
+                } else if constexpr (ZF) {
+                    a_fragment_int4_raw(wq[s][j][0], kt, a0, a1, a2, a3);
                 } else {
                     a_fragment<FP8>(wq[s][j], kt, zx, zy, a0, a1, a2, a3);
                 }
@@ -298,6 +361,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     };
     // The group's sums times its scales into acc (slot s carries the raw scale bits without SSM); `zero`:
     // clear cur for the next group.
+    // ZF: each sum less (128 + z) times the group's x sum first.
     auto flush = [&](int s, bool zero) {
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
@@ -306,16 +370,31 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 sl = sgrp[j * 16], sh = sgrp[j * 16 + 8];
             else
                 sl = to_f(slo[s][j]), sh = to_f(shi[s][j]);
+            float zl = 136.0f, zh = 136.0f;  // 128 + z, symmetric z = 8
+            if constexpr (ZF && ASYM && SSM) {
+                zl = __uint_as_float(zgrp[j * 16]), zh = __uint_as_float(zgrp[j * 16 + 8]);
+            } else if constexpr (ZF && ASYM) {
+                zl = 128.0f + static_cast<float>(zr[s][j] & 0xFFu), zh = 128.0f + static_cast<float>(zr[s][j] >> 8);
+            }
             if constexpr (MULTI) {
 #pragma unroll
-                for (int e = 0; e < 4 * NH; ++e) acc[j][e] += cur[j][e] * ((e & 2) ? sh : sl);
+                for (int e = 0; e < 4 * NH; ++e) {
+                    const float v = ZF ? fmaf(-((e & 2) ? zh : zl), xs[e >> 2][e & 1], cur[j][e]) : cur[j][e];
+                    acc[j][e] = fmaf(v, (e & 2) ? sh : sl, acc[j][e]);
+                }
             } else {
-                acc[j][0] += cur[j][0] * sl, acc[j][1] += cur[j][2] * sh;
+                const float vl = ZF ? fmaf(-zl, xs[0][0], cur[j][0]) : cur[j][0];
+                const float vh = ZF ? fmaf(-zh, xs[0][0], cur[j][2]) : cur[j][2];
+                acc[j][0] = fmaf(vl, sl, acc[j][0]), acc[j][1] = fmaf(vh, sh, acc[j][1]);
             }
             if (zero) {
 #pragma unroll
                 for (int e = 0; e < 4 * NH; ++e) cur[j][e] = 0.0f;
             }
+        }
+        if (zero) {
+#pragma unroll
+            for (int h = 0; h < NH; ++h) xs[h][0] = xs[h][1] = 0.0f;
         }
         sgrp += BW, zgrp += BW;
     };
