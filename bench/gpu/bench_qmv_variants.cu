@@ -146,7 +146,8 @@ Variant kernel_variant(const char* name) {
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(qmm::kQmvMaxSmem)),
           "smem attribute");
-    constexpr int kExact = qmm::kQmvGeneralLoop | qmm::kQmvScalarStage;  // A/B switches, same result
+    constexpr int kExact =
+        qmm::kQmvGeneralLoop | qmm::kQmvScalarStage | qmm::kQmvBlockStage;  // A/B switches, same result
     return {name, (ABL & ~kExact) == 0, k, NTB, 0, SSM ? 2 : MULTI ? 0 : 1, {}};
 }
 
@@ -200,7 +201,7 @@ struct Group {
 
 std::vector<Group> groups(int sms) {
     using qmm::kQmvNoDequant, qmm::kQmvNoMma, qmm::kQmvNoX, qmm::kQmvNoFlush, qmm::kQmvGeneralLoop,
-        qmm::kQmvScalarStage, qmm::kQmvSubZ;
+        qmm::kQmvScalarStage, qmm::kQmvSubZ, qmm::kQmvBlockStage;
     constexpr int kAll = kQmvNoDequant | kQmvNoMma | kQmvNoX | kQmvNoFlush;
     std::vector<Group> g;
     g.push_back({"int4_m1",
@@ -231,6 +232,9 @@ std::vector<Group> groups(int sms) {
                      // of the folded zero point (not bit-comparable: fp32 rounding differs).
                      kernel_variant<false, false, 1, 4, 3, kQmvSubZ, true>("ssm_ntb1_d4_subz"),
                      kernel_variant<false, false, 2, 2, 3, kQmvSubZ, true>("ssm_ntb2_d2_subz"),
+                     // The scale table staged by the whole block behind a barrier: the A/B of warp-local staging.
+                     kernel_variant<false, false, 1, 4, 3, kQmvBlockStage, true>("ssm_ntb1_d4_bst"),
+                     kernel_variant<false, false, 2, 2, 3, kQmvBlockStage, true>("ssm_ntb2_d2_bst"),
                      kernel_variant<false, false, 1, 6, 3, 0, true>("ssm_ntb1_d6"),
                      kernel_variant<false, false, 2, 4, 2, 0, true>("ssm_ntb2_d4_mb2"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
@@ -263,6 +267,8 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 2, 3, 3, kQmvScalarStage, true>("ssm_ntb2_d3_sst"),
              kernel_variant<false, true, 1, 4, 3, kQmvSubZ, true>("ssm_ntb1_d4_subz"),
              kernel_variant<false, true, 2, 3, 3, kQmvSubZ, true>("ssm_ntb2_d3_subz"),
+             kernel_variant<false, true, 1, 4, 3, kQmvBlockStage, true>("ssm_ntb1_d4_bst"),
+             kernel_variant<false, true, 2, 3, 3, kQmvBlockStage, true>("ssm_ntb2_d3_bst"),
              kernel_variant<false, true, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
                      kernel_variant<false, true, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<false, true, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
@@ -290,6 +296,10 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 2, 3, 3, 0, true, 16>("ssm_ntb2_d3"),
              kernel_variant<false, true, 2, 3, 2, 0, true, 16>("ssm_ntb2_d3_mb2"),  // qmm.cu: no spills
              kernel_variant<false, true, 2, 3, 2, kQmvSubZ, true, 16>("ssm_ntb2_d3_mb2_subz"),
+             kernel_variant<false, true, 2, 3, 2, kQmvBlockStage, true, 16>("ssm_ntb2_d3_mb2_bst"),
+             kernel_variant<false, true, 1, 4, 3, kQmvBlockStage, true, 16>("ssm_ntb1_d4_bst"),
+             kernel_variant<false, true, 1, 3, 3, 0, true, 16>("ssm_ntb1_d3"),
+             kernel_variant<false, true, 1, 2, 3, 0, true, 16>("ssm_ntb1_d2"),
              kernel_variant<false, true, 1, 4, 3, kQmvSubZ, true, 16>("ssm_ntb1_d4_subz"),
              kernel_variant<false, true, 2, 2, 3, 0, true, 16>("ssm_ntb2_d2"),
              library<false>("library"),

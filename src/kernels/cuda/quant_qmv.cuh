@@ -75,7 +75,8 @@ inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym) {
 // kQmvNoMma, kQmvNoX and kQmvNoFlush, and the exact A/B switches kQmvGeneralLoop (the general loop where the
 // fixed-group one applies) and kQmvScalarStage (the scale table one entry per load), and kQmvSubZ (INT4: the
 // zero point subtracted from every weight in BF16 before the mma, the dequant before session 10; same
-// values up to fp32 rounding); qmm.cu launches ABL = 0. SSM: the block stages its n-tiles'
+// values up to fp32 rounding) and kQmvBlockStage (the scale table staged by the whole block behind a barrier
+// even where each warp could stage its own groups); qmm.cu launches ABL = 0. SSM: the block stages its n-tiles'
 // scales (f32) and zero points for every group in shared memory once, before the programmatic-launch wait
 // (qmv_smem_ssm), so the per-chunk path loads only weights and the group flush reads its scales from shared
 // memory (qmm.cu: INT4); without it every group's scale (and every chunk's zero point) is a global load with
@@ -89,7 +90,8 @@ enum : int {
     kQmvNoFlush = 8,
     kQmvGeneralLoop = 16,
     kQmvScalarStage = 32,
-    kQmvSubZ = 64
+    kQmvSubZ = 64,
+    kQmvBlockStage = 128
 };
 template <bool FP8,
           bool ASYM,
@@ -184,12 +186,19 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // 2-byte scales on 16-byte boundaries (the loader's allocations): 8 rows of one group per 16-byte load
     // (a scale row holds NP = NT * 16 entries, so 8 rows of one n-tile never cross it; rows past N are
     // padding that is never stored). Else one entry per load.
+    // Warp-local staging (`local`, block-uniform): when every warp boundary falls on a group boundary, each
+    // warp stages only its own groups' rows and starts after a __syncwarp, instead of the whole block waiting
+    // at a barrier for the slowest warp's loads (kQmvBlockStage: the block-wide staging, for the A/B).
+    bool local = (ABL & kQmvBlockStage) == 0;
+    for (int w = 1; w < kQmvWarps; ++w) local = local && (w * KC / kQmvWarps) % cpg == 0;
+    const int sg0 = local ? c0 / cpg : 0, sg1 = local ? (c1 + cpg - 1) / cpg : qmv_groups(a);
+    const int st0 = local ? lane : static_cast<int>(threadIdx.x), sstep = local ? 32 : kQmvThreads;
     bool staged = false;
     if constexpr (SSM && !FP8 && SSZ == 2 && (ABL & kQmvScalarStage) == 0) {
         if ((reinterpret_cast<uintptr_t>(a.scales) & 15) == 0 &&
             (!ASYM || (reinterpret_cast<uintptr_t>(a.zeros) & 7) == 0)) {
             constexpr int PPG = BW / 8;  // 8-row pieces per group row of the table
-            for (int i = static_cast<int>(threadIdx.x); i < qmv_groups(a) * PPG; i += kQmvThreads) {
+            for (int i = sg0 * PPG + st0; i < sg1 * PPG; i += sstep) {
                 const int grp = i / PPG, pr = i - grp * PPG;
                 const int nt = min(static_cast<int>(blockIdx.x) * NTB + (pr >> 1), a.NT - 1);
                 const int64_t off = static_cast<int64_t>(grp) * a.NP + nt * 16 + (pr & 1) * 8;
@@ -212,7 +221,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         }
     }
     if constexpr (SSM) {
-        for (int i = static_cast<int>(threadIdx.x); !staged && i < qmv_groups(a) * BW; i += kQmvThreads) {
+        for (int i = sg0 * BW + st0; !staged && i < sg1 * BW; i += sstep) {
             const int grp = i / BW, r = i - grp * BW;
             const int nt = min(static_cast<int>(blockIdx.x) * NTB + (r >> 4), a.NT - 1);
             const int row = min(nt * 16 + (r & 15), a.N - 1);
@@ -239,11 +248,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // warp's range is whole chunks, so a chunk's lanes are all in it or all past it).
     if constexpr (!MULTI) {
         uint32_t* xw = reinterpret_cast<uint32_t*>(smem_u4);
+#pragma unroll 4
         for (int pb = c0 * 8; pb < c1 * 8; pb += 32) {
             const int p = pb + lane;
             const bool in = p < c1 * 8;
             uint4 v = make_uint4(0u, 0u, 0u, 0u);
-            if (in && p * 8 < a.ldx) v = *reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(p) * 8);
+            if (in && p * 8 < a.ldx) v = __ldg(reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(p) * 8));
             if (in) {
                 uint32_t* d = xw + (p >> 3) * 32 + (p & 7);
                 d[0] = v.x, d[8] = v.y, d[16] = v.z, d[24] = v.w;
@@ -258,7 +268,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         }
         if constexpr (!SSM) __syncwarp();
     }
-    if constexpr (SSM) __syncthreads();  // the scale table (and each warp's x) is complete
+    if constexpr (SSM) {  // the scale table (and each warp's x) is complete
+        if (local)
+            __syncwarp();
+        else
+            __syncthreads();
+    }
     // MULTI: the lane's B column of operand h is token g + 8h. Its two 16-byte B words of chunk 0 (one row:
     // shared memory; else that token's row of x, a.ldx = KC * 64).
     bool row_ok[NH];
