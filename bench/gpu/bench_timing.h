@@ -36,6 +36,37 @@ inline double time_ms(const std::function<void(int)>& fn, int reps) {
     return ms / reps;
 }
 
+// Mean milliseconds of fn(i, s) over `reps` calls captured once into a CUDA graph on a stream of its own and
+// replayed (how the decode step runs its kernels: no host launch cost between them), after a warm replay.
+inline double time_graph_ms(const std::function<void(int, cudaStream_t)>& fn, int reps) {
+    cudaStream_t s = nullptr;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+    for (int i = 0; i < 3; ++i) fn(i, s);
+    cudaGraph_t g = nullptr;
+    check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+    for (int i = 0; i < reps; ++i) fn(i, s);
+    check(cudaStreamEndCapture(s, &g), "capture");
+    cudaGraphExec_t ge = nullptr;
+    check(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+    check(cudaGraphLaunch(ge, s), "replay");
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    constexpr int kReplays = 3;
+    cudaEventRecord(e0, s);
+    for (int r = 0; r < kReplays; ++r) cudaGraphLaunch(ge, s);
+    cudaEventRecord(e1, s);
+    check(cudaEventSynchronize(e1), "timing");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+    return ms / (kReplays * reps);
+}
+
 // Device-to-device copy bandwidth, (read + write) bytes / s, over a 4 GiB buffer: the roofline's denominator.
 inline double copy_bandwidth() {
     const size_t n = 4ull << 30;

@@ -165,10 +165,10 @@ size_t qmv_launch_smem(const qmm::Args& a, bool fp8, bool asym) {
     return qmv_ssm(fp8) ? qmm::qmv_smem_ssm(a, 2, asym) : qmm::qmv_smem(a);
 }
 
-template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI, int MAXM = 8>
+template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI, int MAXM = 8, int STAGE = 0>
 void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     constexpr bool kSsm = qmv_ssm(FP8);
-    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, 0, kSsm, MAXM>;
+    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, STAGE, kSsm, MAXM>;
     static const bool attr_set = [&] {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(qmm::kQmvMaxSmem));
@@ -189,20 +189,30 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
 // split at one, four and eight rows (four rows: gate_up 34.7 -> 31.1 us with two tiles, down 25.5 -> 17.2
 // with one); FP8 at four and eight rows the same (eight rows: q_gate 23.2 -> 19.1 us with two tiles, down
 // 38.8 -> 35.1 with one), at sixteen one tile on every shape (two: 1-27% slower).
+//
+// Session 10 (quant_qmv.cuh's warp-local scale staging, same call): it took one row's down 18.8 -> 17.0 us,
+// q_gate 12.5 -> 10.8, gdn_qkv 10.9 -> 10.1, o_proj 8.8 -> 7.8, but gate_up 28.3 -> 29.0 and lm_head 164.6 ->
+// 175.1, so one-row weights of at least 8 n-tiles per SM keep the block-wide staging; at 4 and 16 rows it
+// was faster on every shape. At 9..16 rows the 320-n-tile weights take the two-tile blocks at two per SM too
+// (o_proj 10.4 -> 9.5 us, down 24.0 / 24.3).
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
-    const bool two = a.NT >= 4 * qmm::device_sms();
-    if (a.M == 1)
-        return !FP8 && two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, false>(a, s)
-                           : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
-    if (a.M > 8) {
-        // INT4, two tiles with two B operands. From 8 n-tiles per SM two chunks in flight at two blocks per SM
-        // (no spills, and the fixed-group loop, which needs an even depth), else one chunk at three blocks
-        // (session 9, sixteen rows, same call: gate_up 36.2 / 40.1 us, lm_head 238 / 257; q_gate 15.6 / 14.1,
-        // gdn_qkv 14.2 / 14.0).
+    const bool two = a.NT >= 4 * qmm::device_sms(), wide = a.NT >= 8 * qmm::device_sms();
+    if (a.M == 1) {
         if constexpr (!FP8) {
-            if (a.NT >= 8 * qmm::device_sms()) return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
-            if (two) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
+            if (wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, false, 8, qmm::kQmvBlockStage>(a, s);
+            if (two) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, false>(a, s);
+        }
+        return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
+    }
+    if (a.M > 8) {
+        // INT4, two tiles with two B operands: two chunks in flight at two blocks per SM (no spills, and the
+        // fixed-group loop, which needs an even depth), but from 4 to 8 n-tiles per SM one chunk at three
+        // blocks (session 9, sixteen rows, same call: gate_up 36.2 / 40.1 us, lm_head 238 / 257; q_gate 15.6
+        // / 14.1, gdn_qkv 14.2 / 14.0).
+        if constexpr (!FP8) {
+            if (two && !wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
+            return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
         }
         return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 16>(a, s);
     }
