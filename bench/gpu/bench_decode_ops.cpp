@@ -22,31 +22,9 @@ using namespace grimoire;
 namespace {
 
 double graph_us(CudaBackend& be, int reps, const std::function<void()>& op) {
-    cudaStream_t s = be.stream();
     be.synchronize();
     be.reset_scratch();
-    cudaGraph_t g = nullptr;
-    bench::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-    for (int i = 0; i < reps; ++i) op();
-    bench::check(cudaStreamEndCapture(s, &g), "end capture");
-    cudaGraphExec_t ge = nullptr;
-    bench::check(cudaGraphInstantiate(&ge, g, 0), "instantiate");
-    for (int i = 0; i < 3; ++i) cudaGraphLaunch(ge, s);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    cudaEventRecord(a, s);
-    const int runs = 5;
-    for (int i = 0; i < runs; ++i) cudaGraphLaunch(ge, s);
-    cudaEventRecord(b, s);
-    bench::check(cudaEventSynchronize(b), "graph timing");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    return 1e3 * ms / (runs * reps);
+    return 1e3 * bench::time_graph_ms([&](int, cudaStream_t) { op(); }, reps, be.stream());
 }
 
 void report(const std::string& what, double us, double bytes) {

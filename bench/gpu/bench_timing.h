@@ -36,34 +36,37 @@ inline double time_ms(const std::function<void(int)>& fn, int reps) {
     return ms / reps;
 }
 
-// Mean milliseconds of fn(i, s) over `reps` calls captured once into a CUDA graph on a stream of its own and
-// replayed (how the decode step runs its kernels: no host launch cost between them), after a warm replay.
-inline double time_graph_ms(const std::function<void(int, cudaStream_t)>& fn, int reps) {
-    cudaStream_t s = nullptr;
-    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
-    for (int i = 0; i < 3; ++i) fn(i, s);
+// Mean milliseconds of fn(i, s) over `reps` calls captured once into a CUDA graph and replayed (how the decode
+// step runs its kernels: no host launch cost between them), after 3 warm replays; on stream s, or on a stream
+// of its own when s is null.
+inline double time_graph_ms(const std::function<void(int, cudaStream_t)>& fn, int reps, cudaStream_t s = nullptr) {
+    cudaStream_t own = nullptr;
+    if (s == nullptr) {
+        check(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking), "stream");
+        s = own;
+    }
     cudaGraph_t g = nullptr;
     check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
     for (int i = 0; i < reps; ++i) fn(i, s);
     check(cudaStreamEndCapture(s, &g), "capture");
     cudaGraphExec_t ge = nullptr;
     check(cudaGraphInstantiate(&ge, g, 0), "instantiate");
-    check(cudaGraphLaunch(ge, s), "replay");
+    for (int i = 0; i < 3; ++i) cudaGraphLaunch(ge, s);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    constexpr int kReplays = 3;
+    constexpr int kReplays = 5;
     cudaEventRecord(e0, s);
     for (int r = 0; r < kReplays; ++r) cudaGraphLaunch(ge, s);
     cudaEventRecord(e1, s);
-    check(cudaEventSynchronize(e1), "timing");
+    check(cudaEventSynchronize(e1), "graph timing");
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
-    cudaStreamDestroy(s);
+    if (own) cudaStreamDestroy(own);
     return ms / (kReplays * reps);
 }
 
