@@ -29,6 +29,9 @@ inline void fp8_pos(int lane, int b, int& row, int& col) {
     frag_pos(lane, 2 * word + (byte & 1), byte >> 1, row, col);
 }
 
+// Channel within the chunk of k-slot s (0..63): chunk_channel for a chunk-permuted weight (tile_layout.h).
+inline int slot_channel(bool pc, int s) { return pc ? chunk_channel(s) : s; }
+
 ScaleType narrowest(const std::vector<float>& s) {
     bool f16 = true, bf16 = true;
     for (float v : s) {
@@ -104,6 +107,7 @@ PackedInt4 repack_int4(const Int4Host& w) {
         }
 
     p.words.assign(static_cast<size_t>(p.NT * p.KC * 32 * 4), 0);
+    const bool pc = chunk_permuted(p.group_size, p.G);
     for (int64_t nt = 0; nt < p.NT; ++nt)
         for (int64_t c = 0; c < p.KC; ++c)
             for (int lane = 0; lane < 32; ++lane)
@@ -112,7 +116,7 @@ PackedInt4 repack_int4(const Int4Host& w) {
                     for (int j = 0; j < 8; ++j) {
                         int r, col;
                         int4_pos(lane, j, r, col);
-                        const int64_t n = nt * 16 + r, kp = c * 64 + kt * 16 + col;
+                        const int64_t n = nt * 16 + r, kp = c * 64 + slot_channel(pc, kt * 16 + col);
                         uint32_t q = 8;
                         if (n < w.N && kp < w.K) {
                             const int64_t k = p.perm.empty() ? kp : perm[static_cast<size_t>(kp)];
@@ -128,6 +132,7 @@ PackedInt4 repack_int4(const Int4Host& w) {
 std::vector<float> unpack_int4(const PackedInt4& p) {
     const int64_t NP = p.NT * 16;
     std::vector<float> out(static_cast<size_t>(p.N * p.K), 0.0f);
+    const bool pc = chunk_permuted(p.group_size, p.G);
     for (int64_t nt = 0; nt < p.NT; ++nt)
         for (int64_t c = 0; c < p.KC; ++c)
             for (int lane = 0; lane < 32; ++lane)
@@ -136,7 +141,7 @@ std::vector<float> unpack_int4(const PackedInt4& p) {
                     for (int j = 0; j < 8; ++j) {
                         int r, col;
                         int4_pos(lane, j, r, col);
-                        const int64_t n = nt * 16 + r, kp = c * 64 + kt * 16 + col;
+                        const int64_t n = nt * 16 + r, kp = c * 64 + slot_channel(pc, kt * 16 + col);
                         if (n >= p.N || kp >= p.K) continue;
                         const int64_t g = kp / p.group_size;
                         const int z = p.symmetric ? 8 : p.zeros[static_cast<size_t>(g * NP + n)];
@@ -158,6 +163,7 @@ PackedFp8 repack_fp8(const Fp8Host& w) {
         throw Error("fp8 repack: scale block of " + std::to_string(w.bk) + " channels is not a multiple of 16");
     p.scales = w.scales;
     p.words.assign(static_cast<size_t>(p.NT * p.KC * 32 * 8), 0);
+    const bool pc = chunk_permuted(p.bk, p.SG);
     for (int64_t nt = 0; nt < p.NT; ++nt)
         for (int64_t c = 0; c < p.KC; ++c)
             for (int lane = 0; lane < 32; ++lane)
@@ -167,7 +173,7 @@ PackedFp8 repack_fp8(const Fp8Host& w) {
                         for (int byte = 0; byte < 4; ++byte) {
                             int r, col;
                             fp8_pos(lane, half * 4 + byte, r, col);
-                            const int64_t n = nt * 16 + r, k = c * 64 + kt * 16 + col;
+                            const int64_t n = nt * 16 + r, k = c * 64 + slot_channel(pc, kt * 16 + col);
                             const uint32_t v = n < w.N && k < w.K ? w.w[static_cast<size_t>(n * w.K + k)] : 0u;
                             word |= v << (8 * byte);
                         }
@@ -178,6 +184,7 @@ PackedFp8 repack_fp8(const Fp8Host& w) {
 
 std::vector<float> unpack_fp8(const PackedFp8& p) {
     std::vector<float> out(static_cast<size_t>(p.N * p.K), 0.0f);
+    const bool pc = chunk_permuted(p.bk, p.SG);
     for (int64_t nt = 0; nt < p.NT; ++nt)
         for (int64_t c = 0; c < p.KC; ++c)
             for (int lane = 0; lane < 32; ++lane)
@@ -187,7 +194,7 @@ std::vector<float> unpack_fp8(const PackedFp8& p) {
                             p.words[static_cast<size_t>((tile_index(nt, c, p.NT, p.KC) * 32 + lane) * 8 + kt * 2 + (b >> 2))];
                         int r, col;
                         fp8_pos(lane, b, r, col);
-                        const int64_t n = nt * 16 + r, k = c * 64 + kt * 16 + col;
+                        const int64_t n = nt * 16 + r, k = c * 64 + slot_channel(pc, kt * 16 + col);
                         if (n >= p.N || k >= p.K) continue;
                         const uint8_t v = static_cast<uint8_t>(word >> (8 * (b & 3)));
                         out[static_cast<size_t>(n * p.K + k)] =

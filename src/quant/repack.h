@@ -11,6 +11,8 @@
 //   INT4: one u32 per k-tile; nibble i (bits 4i..4i+3) = W[r_i][c_i], nibble i + 4 = W[r_i][c_i + 1], so
 //         (word >> 4i) & 0x000F000F is the pair a_i in the two 16-bit halves.
 //   FP8:  two u32 per k-tile; word 0 bytes = (a0.x, a1.x, a0.y, a1.y), word 1 = (a2.x, a3.x, a2.y, a3.y).
+// Columns here are k-slots: when the scale groups are whole chunks (quant/tile_layout.h chunk_permuted), k-slot
+// s of a chunk holds channel chunk_channel(s) of that chunk, else channel s.
 // Chunk tiles are stored in the order of quant/tile_layout.h ([k-chunk][n-tile]), each as [lane][words].
 // Rows past N and columns past K are padding (INT4: q = 8 with zero point 8 -> 0; FP8: 0).
 //

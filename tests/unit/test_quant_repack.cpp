@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "kernels/cpu/dequant.h"
 #include "quant/repack.h"
+#include "quant/tile_layout.h"
 
 namespace grimoire {
 namespace {
@@ -77,6 +78,40 @@ INSTANTIATE_TEST_SUITE_P(
                       Int4Case{40, 384, 128, true, true, ScaleType::BF16}, Int4Case{33, 1000, 0, false, false, ScaleType::F32},
                       Int4Case{65, 320, 64, true, false, ScaleType::F16}, Int4Case{3, 96, 32, true, true, ScaleType::F32},
                       Int4Case{130, 1024, 128, false, false, ScaleType::BF16}));
+
+// Whole-chunk groups (and one group) store each chunk permuted so that lane t of the mma holds the natural
+// channels 16t .. 16t + 15 (quant/tile_layout.h chunk_channel); groups of 16 / 32 keep the identity, where lane t
+// holds channels 2t, 2t + 1 of every 8. q encodes the channel so every nibble names the lane that must hold it.
+TEST(Repack4, ChunkPermutationPutsSixteenConsecutiveChannelsInEachLane) {
+    std::vector<int> seen(64, 0);
+    for (int slot = 0; slot < 64; ++slot) {
+        const int ch = chunk_channel(slot);
+        ASSERT_GE(ch, 0);
+        ASSERT_LT(ch, 64);
+        ++seen[static_cast<size_t>(ch)];
+        EXPECT_EQ(ch / 16, (slot >> 1) & 3) << "slot " << slot;  // thread-in-group t of the B fragment
+    }
+    for (int n : seen) EXPECT_EQ(n, 1);  // a bijection
+    EXPECT_TRUE(chunk_permuted(128, 40));
+    EXPECT_TRUE(chunk_permuted(1000, 1));
+    EXPECT_FALSE(chunk_permuted(32, 4));
+    for (const int64_t gs : {128, 32}) {
+        Int4Host h = random_int4(16, 256, gs, false, true, ScaleType::F16, 3);
+        for (int64_t n = 0; n < h.N; ++n)
+            for (int64_t k = 0; k < h.K; ++k)
+                h.q[static_cast<size_t>(n * h.K + k)] =
+                    static_cast<uint8_t>(gs == 128 ? (k % 64) / 16 : ((k % 16) / 2) % 4);
+        const PackedInt4 p = repack_int4(h);
+        for (int64_t c = 0; c < p.KC; ++c)
+            for (int lane = 0; lane < 32; ++lane)
+                for (int kt = 0; kt < 4; ++kt) {
+                    const uint32_t w = p.words[static_cast<size_t>((tile_index(0, c, p.NT, p.KC) * 32 + lane) * 4 + kt)];
+                    for (int j = 0; j < 8; ++j)
+                        ASSERT_EQ((w >> (4 * j)) & 15u, static_cast<uint32_t>(lane & 3))
+                            << "g" << gs << " chunk " << c << " lane " << lane << " k-tile " << kt << " nibble " << j;
+                }
+    }
+}
 
 TEST(Repack4, UnequalGroupsAreRefused) {
     Int4Host h = random_int4(16, 128, 32, false, true, ScaleType::F16, 1);

@@ -32,9 +32,8 @@ size_t partials_region() {
 
 void qmm_workspace_need(int64_t N, int64_t K, size_t* partial_bytes, int* n_counters) {
     const int64_t NT = (N + 15) / 16;
-    // ... and the x chunk sums [KC][16] f32 of the INT4 qmv kernel (as many bytes as K rounded to 64).
-    const size_t k64 = static_cast<size_t>((K + 63) / 64 * 64);
-    *partial_bytes = partials_region() + static_cast<size_t>(kQmmMaxM) * k64 * 2 + k64;
+    *partial_bytes =
+        partials_region() + static_cast<size_t>(kQmmMaxM) * static_cast<size_t>((K + 63) / 64 * 64) * 2;
     *n_counters = static_cast<int>((NT + qmm::kNtPerBlock - 1) / qmm::kNtPerBlock);
 }
 
@@ -44,49 +43,20 @@ bool qmm_supported(int64_t group_size, int64_t G) {
 
 namespace {
 
-// x [M, K] (BF16 or F32, any alignment) -> BF16 [M][ldx] in the kernel's channel order (perm applied), zeros
-// past K.
-__global__ void prep_x_kernel(const void* x, int xdt, const int32_t* perm, int M, int K, int ldx, uint16_t* out) {
+// x [M, K] (BF16 or F32, any alignment) -> BF16 [M][ldx] in the kernel's channel order, zeros past K: the
+// act-order permutation (perm) applied, and with `slots` the chunk permutation of a chunk-permuted weight
+// (quant/tile_layout.h: position k holds the channel of k-slot k, as the M <= 16 stream-K kernels read x by
+// k-slot; the qmv kernel reads x in its own order).
+__global__ void prep_x_kernel(
+    const void* x, int xdt, const int32_t* perm, bool slots, int M, int K, int ldx, uint16_t* out) {
     const int64_t n = static_cast<int64_t>(M) * ldx;
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int r = static_cast<int>(i / ldx), k = static_cast<int>(i - static_cast<int64_t>(r) * ldx);
+        const int ch = slots ? (k & ~63) + chunk_channel(k & 63) : k;
         float v = 0.0f;
-        if (k < K) v = ld(x, xdt, static_cast<int64_t>(r) * K + (perm ? perm[k] : k));
+        if (ch < K) v = ld(x, xdt, static_cast<int64_t>(r) * K + (perm ? perm[ch] : ch));
         out[i] = __bfloat16_as_ushort(__float2bfloat16(v));
-    }
-}
-
-// x [M, K] (BF16 or F32, any alignment) -> BF16 [M][KC * 64] in the B-fragment order of quant_qmv.cuh's
-// 2..16-row kernel (qmm::xfrag_channel), zeros past K: a lane then loads its B fragments of a chunk as two
-// 16-byte words instead of eight 4-byte ones (those loads were a third of the four-row kernel's time on the
-// 27B down projection: docs/BENCHMARKS.md, session 9). With xsum (INT4), each chunk's f32 sum of those BF16
-// values into xsum [KC][16] (token slot r; slots M..15 zero), which the kernel's zero-point correction
-// multiplies. One warp per chunk (lane l: positions l and l + 32, then a fixed shuffle tree, so the sums are
-// deterministic), row blockIdx.y; a programmatic dependent launch, so the qmv kernel after it prefetches its
-// weights and stages its scales while this runs.
-__global__ void prep_x_frag_kernel(
-    const void* x, int xdt, const int32_t* perm, int M, int K, int KC, uint16_t* out, float* xsum) {
-    pdl_enter();
-    const int r = static_cast<int>(blockIdx.y), lane = static_cast<int>(threadIdx.x) & 31;
-    const int warps = static_cast<int>(gridDim.x * blockDim.x) >> 5;
-    const int64_t ldf = static_cast<int64_t>(KC) * 64;
-    for (int c = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) >> 5); c < KC; c += warps) {
-        float v[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int o = c * 64 + lane + 32 * i;
-            const int k = c * 64 + qmm::xfrag_channel(lane + 32 * i);
-            const __nv_bfloat16 b = __float2bfloat16(k < K ? ld(x, xdt, r * static_cast<int64_t>(K) + (perm ? perm[k] : k)) : 0.0f);
-            out[r * ldf + o] = __bfloat16_as_ushort(b);
-            v[i] = __bfloat162float(b);
-        }
-        if (xsum == nullptr) continue;
-        float sum = v[0] + v[1];
-#pragma unroll
-        for (int m = 16; m >= 1; m >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, m);
-        if (lane == 0) xsum[c * 16 + r] = sum;
-        if (r == 0 && lane > 0 && lane < 16 && lane >= M) xsum[c * 16 + lane] = 0.0f;
     }
 }
 
@@ -213,8 +183,9 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         if constexpr (!FP8) {
             if (two && !wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
             return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
+        } else {
+            return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 16>(a, s);
         }
-        return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 16>(a, s);
     }
     two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
         : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
@@ -335,6 +306,7 @@ bool qmm_prepare(const char* op,
                  const QmmParts* parts,
                  qmm::Args& a) {
     const int64_t M = x.rows();
+    const bool permuted = chunk_permuted(gs, G);  // quant/tile_layout.h
     if (x.cols() != K || y.rows() != M || y.cols() != N)
         throw Error(std::string("cuda ") + op + ": x [M, K], y [M, N] disagree with the weight [" + std::to_string(N) +
                     ", " + std::to_string(K) + "]");
@@ -380,33 +352,25 @@ bool qmm_prepare(const char* op,
     static int launches = 0;
     a.tslot = launches++ & 1;
 #endif
+    // x as it is when the kernel can read it so: BF16 in channel order with 16-byte rows, and for the qmv
+    // kernel at 2..16 rows whole chunks (it reads each chunk's 64 channels unguarded); the stream-K kernels
+    // read a chunk-permuted weight's x by k-slot. Else converted / gathered into the workspace, zeros past K.
     const int xdt = dt_code(x.dtype, op, "x");
     uint16_t* xb = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(ws.partials) + partials_region());
-    if (a.M >= 2 && qmv_route(a, fp8, asym, forced)) {
-        a.ldx = static_cast<int>(KC * 64);
-        float* xsum = fp8 ? nullptr : reinterpret_cast<float*>(xb + static_cast<size_t>(kQmmMaxM) * a.ldx);
-        qmm_prep_xfrag(x.data, xdt, perm, a.M, a.K, a.KC, xb, xsum, s);
-        check_launch(op);
-        a.x = xb, a.xsum = xsum;
-    } else if (xdt == kBF16 && perm == nullptr && K % 8 == 0 &&
-               (reinterpret_cast<uintptr_t>(x.data) & 15) == 0) {
+    const bool qmv = qmv_route(a, fp8, asym, forced);
+    const bool direct = xdt == kBF16 && perm == nullptr && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0 &&
+                        (qmv ? K % (a.M == 1 ? 8 : 64) == 0 : !permuted && K % 8 == 0);
+    if (direct) {
         a.x = static_cast<const uint16_t*>(x.data), a.ldx = static_cast<int>(K);
     } else {
-        a.ldx = static_cast<int>((K + 7) / 8 * 8);
+        a.ldx = static_cast<int>(KC * 64);
         const int64_t n = M * a.ldx;
         prep_x_kernel<<<static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 1024)), 256, 0, s>>>(
-            x.data, xdt, perm, a.M, a.K, a.ldx, xb);
+            x.data, xdt, perm, permuted && !qmv, a.M, a.K, a.ldx, xb);
         check_launch(op);
         a.x = xb;
     }
     return true;
-}
-
-void qmm_prep_xfrag(const void* x, int xdt, const int32_t* perm, int M, int K, int KC, uint16_t* out, float* xsum,
-                    cudaStream_t s) {
-    const unsigned bx = static_cast<unsigned>(std::min(std::max((KC + 7) / 8, 1), 1024));  // 8 chunks per block
-    launch_pdl(prep_x_frag_kernel, dim3(bx, static_cast<unsigned>(M)), dim3(256), 0, s, x, xdt, perm, M, K, KC, out,
-               xsum);
 }
 
 void qmm_int4(const Int4Dev& w,

@@ -62,11 +62,6 @@ struct QmmParts {
 // x [M, K] BF16 or F32; y [M, N] BF16 or F32. `blocks` > 0 forces the grid size (tests use it to exercise
 // column blocks split between many grid blocks), else one full wave of resident blocks. With `parts`, y gives
 // only the shape and dtype (its data may be null) and the result goes to the parts.
-// The 2..16-row qmv kernel's x: x [M, K] (dtype code xdt, channel permutation perm or null) -> BF16 [M][KC * 64]
-// in B-fragment order, and with xsum (INT4) its chunk sums [KC][16] f32. qmm_* call it; exposed for the
-// kernel benchmarks.
-void qmm_prep_xfrag(const void* x, int xdt, const int32_t* perm, int M, int K, int KC, uint16_t* out, float* xsum,
-                    cudaStream_t s);
 void qmm_int4(const Int4Dev& w,
               const Tensor& x,
               Tensor& y,

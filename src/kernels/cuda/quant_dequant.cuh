@@ -66,6 +66,7 @@ __device__ __forceinline__ void dequant_int4_chunk(
     const uint32_t words[4] = {q.x, q.y, q.z, q.w};
     const int64_t NP = w.NT * 16;
     const int g = lane >> 2, t = lane & 3;
+    const bool pc = chunk_permuted(w.group_size, w.G);  // tile column = channel of the k-slot
 #pragma unroll
     for (int kt = 0; kt < 4; ++kt) {
         const int64_t lo = group_of(c, kt, w.group_size, w.G) * NP + nt * 16 + g;
@@ -79,14 +80,15 @@ __device__ __forceinline__ void dequant_int4_chunk(
             for (int i = 0; i < 4; ++i) {
                 const uint32_t pair = qmm::bf16x2_sub(
                     qmm::and_or(words[kt] >> (4 * i), 0x000F000Fu, 0x43004300u), (i & 1) ? zh : zl);
-                put_pair(tile, g + 8 * (i & 1), kt * 16 + 2 * t + 8 * (i >> 1), pair, (i & 1) ? s_hi : s_lo,
-                         1.0f);
+                const int slot = kt * 16 + 2 * t + 8 * (i >> 1);
+                put_pair(tile, g + 8 * (i & 1), pc ? chunk_channel(slot) : slot, pair, (i & 1) ? s_hi : s_lo, 1.0f);
             }
         } else {
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const int i = j & 3, second = j >> 2;
-                const int r = g + 8 * (i & 1), col = kt * 16 + 2 * t + 8 * (i >> 1) + second;
+                const int r = g + 8 * (i & 1), slot = kt * 16 + 2 * t + 8 * (i >> 1) + second;
+                const int col = pc ? chunk_channel(slot) : slot;
                 const int v = static_cast<int>((words[kt] >> (4 * j)) & 15u);
                 const float val =
                     (i & 1) ? static_cast<float>(v - z_hi) * s_hi : static_cast<float>(v - z_lo) * s_lo;
@@ -118,6 +120,7 @@ __device__ __forceinline__ void dequant_fp8_chunk(
     const Fp8Dev& w, OT* __restrict__ out, OT* tile, int64_t nt, int64_t c, Fp8Words q, int lane) {
     const uint32_t words[8] = {q.q0.x, q.q0.y, q.q0.z, q.q0.w, q.q1.x, q.q1.y, q.q1.z, q.q1.w};
     const int g = lane >> 2, t = lane & 3;
+    const bool pc = chunk_permuted(w.bk, w.SG);  // tile column = channel of the k-slot
     const int bn = static_cast<int>(w.bn), bk = static_cast<int>(w.bk), SG = static_cast<int>(w.SG);
     const int n_lo = static_cast<int>(min(nt * 16 + g, w.N - 1)),
               n_hi = static_cast<int>(min(nt * 16 + g + 8, w.N - 1));
@@ -132,15 +135,17 @@ __device__ __forceinline__ void dequant_fp8_chunk(
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const uint32_t wd = words[kt * 2 + (i >> 1)] >> (8 * (i & 1));
-                put_pair(tile, g + 8 * (i & 1), kt * 16 + 2 * t + 8 * (i >> 1),
-                         qmm::fp8x2_to_bf16x2_scaled(wd), (i & 1) ? s_hi : s_lo, 1.329227995784916e36f);
+                const int slot = kt * 16 + 2 * t + 8 * (i >> 1);
+                put_pair(tile, g + 8 * (i & 1), pc ? chunk_channel(slot) : slot, qmm::fp8x2_to_bf16x2_scaled(wd),
+                         (i & 1) ? s_hi : s_lo, 1.329227995784916e36f);
             }
         } else {
 #pragma unroll
             for (int b = 0; b < 8; ++b) {
                 const int word = b >> 2, byte = b & 3;
                 const int i = 2 * word + (byte & 1), second = byte >> 1;
-                const int r = g + 8 * (i & 1), col = kt * 16 + 2 * t + 8 * (i >> 1) + second;
+                const int r = g + 8 * (i & 1), slot = kt * 16 + 2 * t + 8 * (i >> 1) + second;
+                const int col = pc ? chunk_channel(slot) : slot;
                 const float v = e4m3_to_float((words[kt * 2 + word] >> (8 * byte)) & 0xFFu);
                 tile[r * kTileLd + col] = v * ((i & 1) ? s_hi : s_lo);  // OT = float here
             }

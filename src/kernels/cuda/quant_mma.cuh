@@ -97,9 +97,7 @@ struct Args {
     int sdt;                // INT4 scale dtype code (kF16, kBF16, kF32)
     const uint8_t* zeros;   // INT4 asymmetric: [G][NP]
     const uint16_t* x;      // [M][ldx] BF16 (act-order gather / conversion already applied)
-    const float* xsum;      // INT4 qmv kernel, 2..16 rows: [KC][16] f32 sums of x over each chunk (token slots
-                            // past M are zero)
-    int ldx;                // x row stride: K rounded up to 8
+    int ldx;                // x row stride: K (x as given) or K rounded up to 64 (the workspace copy)
     void* y;
     int ydt;
     float* partials;  // [gridDim.x][2][M][kColBlock]

@@ -17,17 +17,21 @@
 //     they overlap the previous kernel's tail. The group's scales ride with its last chunk's weights as raw
 //     bits. The per-chunk integer work is a few pointer adds (ncu on the first version: address and
 //     group-index arithmetic doubled the instruction count per weight word and the kernel was issue-bound).
+//   * The weights are chunk-permuted (quant/tile_layout.h chunk_channel: every weight this kernel takes has
+//     scale groups of whole chunks), so lane t's B operand of a chunk is x's natural channels 16t .. 16t + 15:
+//     two 16-byte loads of x as the previous kernel wrote it, no reordering pass.
 //   * One row: x is copied once per warp, only its channel range, into shared memory, and the B fragment of
 //     every k-tile holds that x in all 8 columns, so every lane's accumulator holds the result for its rows g
-//     and g + 8. Two to eight rows (MULTI): token r in column r, read straight from x through L1.
+//     and g + 8. Two to sixteen rows (MULTI): token r in column r % 8 of B operand r / 8, read straight from
+//     x through L1.
 //   * FP8: the dequant is quant_mma.cuh's a_fragment (exact). INT4: the A fragment is 128 + q as BF16 (one
 //     lop3 per two weights, exact) and the zero point is subtracted after the multiply, once per group and
 //     token: sum_k (q_k - z) x_k = sum_k (128 + q_k) x_k - (128 + z) sum_k x_k, with sum_k x_k the group's
-//     sum of the BF16 x the mma reads (chunk sums: the one row's staging computes them, 2..16 rows read them
-//     from qmm.cu's prep_x_frag_kernel). That drops the per-weight BF16 subtract (4 of the 11 instructions
-//     per 8 weights; the kernel is issue-bound: docs/BENCHMARKS.md session 9). The cancellation costs about
-//     5 bits of the fp32 sum (|128 + q| against |q - z|), far inside the BF16 output's 8. The group scale is
-//     applied in fp32 to each group's corrected sum.
+//     sum of the BF16 x the mma reads (one row: chunk sums computed while staging x; 2..16 rows: one more mma
+//     per k-tile with an all-ones A, whose C columns are the tokens' sums). That drops the per-weight BF16
+//     subtract (4 of the 11 instructions per 8 weights; the kernel is issue-bound: docs/BENCHMARKS.md session
+//     9). The cancellation costs about 5 bits of the fp32 sum (|128 + q| against |q - z|), far inside the BF16
+//     output's 8. The group scale is applied in fp32 to each group's corrected sum.
 #pragma once
 
 #include "kernels/cuda/quant_mma.cuh"
@@ -45,15 +49,6 @@ constexpr size_t kQmvMaxSmem = 200 * 1024;
 __host__ __device__ inline size_t qmv_smem(const Args& a) {
     return a.M == 1 ? static_cast<size_t>(a.KC) * 64 * 2 + (static_cast<size_t>(a.KC) * 4 + 15) / 16 * 16 : 0;
 }
-// B-fragment order of x within a 64-channel chunk: position j = t * 16 + kt * 4 + h * 2 + e holds channel
-// kt * 16 + h * 8 + 2t + e, so lane (g, t)'s B fragments of k-tiles 0..3 (b0: channels 2t, 2t + 1 of the
-// k-tile; b1: 8 more) are its 16 contiguous positions: b0[0], b1[0], b0[1], b1[1] | b0[2], b1[2], b0[3],
-// b1[3] as two 16-byte words. The one-row kernel stages x in this order in shared memory; 2..16 rows read it
-// from global memory, written by qmm.cu's prep_x_frag_kernel.
-__host__ __device__ constexpr int xfrag_channel(int j) {
-    return ((j >> 2) & 3) * 16 + ((j >> 1) & 1) * 8 + (j >> 4) * 2 + (j & 1);
-}
-
 // Chunks per scale group (one group: all of K) and the groups along K.
 __host__ __device__ inline int qmv_cpg(const Args& a) {
     return a.G <= 1 ? a.KC : max(1, a.gs / 64);
@@ -239,25 +234,19 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     asm volatile("griddepcontrol.wait;" ::: "memory");  // x comes from the previous kernel
 #endif
 
-    // One row: this warp's x chunks into shared memory in B-fragment order (xfrag_channel; zeros past the
-    // 8-padded row): natural piece q (channels q * 8 .. q * 8 + 7) of a chunk holds the 32-bit words w = 0..3
-    // of k-tile q / 2, half q % 2, lane t = w, which go to word w * 8 + q of the chunk. Rows 2..16 read their
-    // B fragments straight from the fragment-ordered x in global memory: every block reads the same few KB
-    // (L1 / L2 hits). Staging them like the one row measured slower (H200, docs/BENCHMARKS.md session 7).
-    // ZF: each chunk's sum of those BF16 values too (lanes 8i .. 8i + 7 hold one chunk's eight pieces; the
-    // warp's range is whole chunks, so a chunk's lanes are all in it or all past it).
+    // One row: this warp's x chunks into shared memory as they are (zeros past ldx). Rows 2..16 read their B
+    // words straight from x in global memory: every block reads the same few KB (L1 / L2 hits). Staging them
+    // like the one row measured slower (H200, docs/BENCHMARKS.md session 7). ZF: each chunk's sum of those
+    // BF16 values too (lanes 8i .. 8i + 7 hold one chunk's eight pieces; the warp's range is whole chunks, so
+    // a chunk's lanes are all in it or all past it).
     if constexpr (!MULTI) {
-        uint32_t* xw = reinterpret_cast<uint32_t*>(smem_u4);
 #pragma unroll 4
         for (int pb = c0 * 8; pb < c1 * 8; pb += 32) {
             const int p = pb + lane;
             const bool in = p < c1 * 8;
             uint4 v = make_uint4(0u, 0u, 0u, 0u);
             if (in && p * 8 < a.ldx) v = __ldg(reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(p) * 8));
-            if (in) {
-                uint32_t* d = xw + (p >> 3) * 32 + (p & 7);
-                d[0] = v.x, d[8] = v.y, d[16] = v.z, d[24] = v.w;
-            }
+            if (in) smem_u4[p] = v;
             if constexpr (ZF) {
                 float sum = bf16x2_sum(v.x) + bf16x2_sum(v.y) + (bf16x2_sum(v.z) + bf16x2_sum(v.w));
                 sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
@@ -275,7 +264,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             __syncthreads();
     }
     // MULTI: the lane's B column of operand h is token g + 8h. Its two 16-byte B words of chunk 0 (one row:
-    // shared memory; else that token's row of x, a.ldx = KC * 64).
+    // shared memory; else that token's row of x, whole chunks: qmm.cu).
     bool row_ok[NH];
     const uint4* xl[NH];
 #pragma unroll
@@ -287,12 +276,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                       : smem_u4 + t * 2;
     }
 
-    // ZF: the chunk sums of the lane's tokens 8h + 2t, 8h + 2t + 1 ([KC][16] f32 from qmm.cu's prep; one row:
-    // the staged ones), and their running sum over the current group.
-    const float2* xsl = reinterpret_cast<const float2*>(a.xsum) + t;  // operand h: + 4 h
-    float xs[NH][2];
+    // ZF: the current group's sums of x, for the lane's tokens 8h + 2t, 8h + 2t + 1 in xs[h][0], xs[h][1] (one
+    // row: the staged chunk sums added up; 2..16 rows: the all-ones mma's C fragment, whose [2], [3] repeat
+    // [0], [1]).
+    float xs[NH][4];
 #pragma unroll
-    for (int h = 0; h < NH; ++h) xs[h][0] = xs[h][1] = 0.0f;
+    for (int h = 0; h < NH; ++h) xs[h][0] = xs[h][1] = xs[h][2] = xs[h][3] = 0.0f;
 
     constexpr int NA = MULTI ? 4 * NH : 2;  // one row: columns 2t and 2t + 1 of C are equal, keep c0 / c2
     float acc[NTB][NA], cur[NTB][4 * NH];
@@ -309,17 +298,9 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // Chunk c (weights in slot s) into cur; `first`: the chunk opens a scale group whose cur was not zeroed,
     // so its first mma takes no accumulator.
     auto chunk = [&](int s, int c, bool first) {
-        if constexpr (ZF) {
-#pragma unroll
-            for (int h = 0; h < NH; ++h) {
-                if constexpr (MULTI) {
-                    const float2 v = __ldg(xsl + c * 8 + 4 * h);
-                    xs[h][0] = first ? v.x : xs[h][0] + v.x, xs[h][1] = first ? v.y : xs[h][1] + v.y;
-                } else {
-                    const float v = xsum_sm[c];
-                    xs[h][0] = first ? v : xs[h][0] + v;
-                }
-            }
+        if constexpr (ZF && !MULTI) {
+            const float v = xsum_sm[c];
+            xs[0][0] = first ? v : xs[0][0] + v;
         }
         uint32_t b0[NH][4], b1[NH][4];
 #pragma unroll
@@ -338,6 +319,18 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 b0[h][0] = u.x, b1[h][0] = u.y, b0[h][1] = u.z, b1[h][1] = u.w;
                 b0[h][2] = v.x, b1[h][2] = v.y, b0[h][3] = v.z, b1[h][3] = v.w;
             }
+        }
+        if constexpr (ZF && MULTI) {  // the tokens' sums of x over this chunk, into the group's
+            constexpr uint32_t kOnes = 0x3F803F80u;  // BF16x2 of 1.0
+#pragma unroll
+            for (int h = 0; h < NH; ++h)
+#pragma unroll
+                for (int kt = 0; kt < 4; ++kt) {
+                    if (first && kt == 0)
+                        mma_bf16_first(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
+                    else
+                        mma_bf16(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
+                }
         }
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
@@ -409,7 +402,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         }
         if (zero) {
 #pragma unroll
-            for (int h = 0; h < NH; ++h) xs[h][0] = xs[h][1] = 0.0f;
+            for (int h = 0; h < NH; ++h) xs[h][0] = xs[h][1] = xs[h][2] = xs[h][3] = 0.0f;
         }
         sgrp += BW, zgrp += BW;
     };
