@@ -12,6 +12,17 @@
 // norm. (The per-token kernel, kept for T = 1, has six barriers and a dependent global load per token: 18 us
 // per 27B layer at T = 4 on the H200, the tiled one 13.3.) o is rounded to the output dtype before the norm,
 // as the unfused sequence stored it.
+//
+// Hopper (gdn_step_split_kernel, any T): a value head's dv columns are independent in the recurrence but for
+// the gated norm's sum of squares, so each head is split over a cluster of blocks of kSplitCols columns (four
+// for dv = 128: 192 blocks for the 27B's 48 heads instead of 48 on 132 SMs, each reading a quarter of the
+// head's 64 KB state); the blocks of a cluster exchange their per-token partial sums of squares through
+// distributed shared memory and add them in rank order (deterministic).
+#include <cooperative_groups.h>
+
+#include <cstdlib>
+#include <string>
+
 #include "kernels/cuda/fused_util.cuh"
 #include "kernels/cuda/gdn_recurrence.cuh"
 #include "kernels/cuda/kernels.h"
@@ -188,6 +199,161 @@ static __global__ void __launch_bounds__(kRowGroups * kCols) gdn_step_tiled_kern
     gdn::store_state<kRowGroups>(s, S, nr, ty, j, dv, col_ok);
 }
 
+constexpr int kSplitCols = 32;  // state columns per block of the split kernel (one warp's width)
+constexpr int kMaxSplit = 4;    // blocks per head: dv <= kSplitCols * kMaxSplit
+
+static __global__ void __launch_bounds__(kRowGroups * kSplitCols) gdn_step_split_kernel(StepArgs p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    pdl_enter();  // launched through launch_gdn_split (programmatic + cluster attributes)
+    __shared__ float qs[kTile][kMaxDk], ks[kTile][kMaxDk];  // raw, then normalised in place
+    __shared__ float vs[kTile][kSplitCols], zs[kTile][kSplitCols], os[kTile][kSplitCols];
+    __shared__ float av_s[kTile], bv_s[kTile], decay_s[kTile], beta_s[kTile], kq_s[kTile];
+    __shared__ float ss_s[kTile];                              // this block's sum of o^2 per token
+    __shared__ float part[2][2][kRowGroups][kSplitCols];       // [token parity][S^T k, S^T q][row group][column]
+    const int nsplit = static_cast<int>(cluster.num_blocks());
+    const int rank = static_cast<int>(cluster.block_rank());
+    const int tx = threadIdx.x % kSplitCols, ty = threadIdx.x / kSplitCols, tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int64_t h = blockIdx.x / nsplit, kh = h / (p.Hv / p.Hk), key = p.Hk * p.dk, dk = p.dk, dv = p.dv;
+    const int64_t j = static_cast<int64_t>(rank) * kSplitCols + tx;  // this thread's state column
+    const bool col_ok = j < dv;
+    const int nr = static_cast<int>((dk - ty + kRowGroups - 1) / kRowGroups);
+    float* S = p.state + h * dk * dv;
+
+    float s[kRowsPerThread];
+    gdn::load_state<kRowGroups>(s, S, nr, ty, j, dv, col_ok);
+
+    const float A = expf(ld(p.A_log, p.Adt, h));
+    const float dtb = ld(p.dt_bias, p.ddt, h);
+    const float qscale = rsqrtf(static_cast<float>(dk));
+    for (int64_t t0 = 0; t0 < p.T; t0 += kTile) {
+        const int nt = static_cast<int>(p.T - t0 < kTile ? p.T - t0 : kTile);
+        // Every input of the tile at once: q, k of the key head (each block of the cluster reads them), v and
+        // z of this block's columns, a and b.
+        for (int i = tid; i < nt * 2 * kMaxDk; i += blockDim.x) {
+            const int t = i / (2 * kMaxDk), r = i % (2 * kMaxDk), e = r % kMaxDk;
+            const bool is_k = r >= kMaxDk;
+            const int64_t row = (t0 + t) * p.C;
+            const float x = e < dk ? ld(p.conv, p.cdt, row + (is_k ? key : 0) + kh * dk + e) : 0.0f;
+            (is_k ? ks : qs)[t][e] = x;
+        }
+        for (int i = tid; i < nt * kSplitCols; i += blockDim.x) {
+            const int t = i / kSplitCols, c = i % kSplitCols;
+            const int64_t col = static_cast<int64_t>(rank) * kSplitCols + c;
+            const bool ok = col < dv;
+            vs[t][c] = ok ? ld(p.conv, p.cdt, (t0 + t) * p.C + 2 * key + h * dv + col) : 0.0f;
+            zs[t][c] = ok ? ld(p.z, p.zdt, ((t0 + t) * p.Hv + h) * dv + col) : 0.0f;
+        }
+        if (tid < nt) {
+            av_s[tid] = ld(p.a, p.adt, (t0 + tid) * p.Hv + h);
+            bv_s[tid] = ld(p.b, p.bdt, (t0 + tid) * p.Hv + h);
+        }
+        __syncthreads();
+        if (warp < nt) {  // warp t: token t's q, k norms, k.q, decay and beta
+            const int t = warp;
+            float qss = 0.0f, kss = 0.0f;
+            for (int e = lane; e < dk; e += 32) {
+                qss += qs[t][e] * qs[t][e];
+                kss += ks[t][e] * ks[t][e];
+            }
+            const float qr = rsqrtf(warp_sum(qss) + 1e-6f) * qscale, kr = rsqrtf(warp_sum(kss) + 1e-6f);
+            float kq = 0.0f;
+            for (int e = lane; e < dk; e += 32) {
+                const float qn = qs[t][e] * qr, kn = ks[t][e] * kr;
+                qs[t][e] = qn;
+                ks[t][e] = kn;
+                kq += qn * kn;
+            }
+            kq = warp_sum(kq);
+            if (lane == 0) {
+                kq_s[t] = kq;
+                decay_s[t] = expf(-A * gdn::softplus_(av_s[t] + dtb));
+                beta_s[t] = 1.0f / (1.0f + expf(-bv_s[t]));
+            }
+        }
+        __syncthreads();
+        for (int t = 0; t < nt; ++t) {
+            const int par = t & 1;  // part[par] was last read two tokens ago, before the previous barrier
+            float sk = 0.0f, sq = 0.0f;
+#pragma unroll
+            for (int m = 0; m < kRowsPerThread; ++m) {
+                if (m < nr) {
+                    sk += s[m] * ks[t][ty + m * kRowGroups];
+                    sq += s[m] * qs[t][ty + m * kRowGroups];
+                }
+            }
+            part[par][0][ty][tx] = sk;
+            part[par][1][ty][tx] = sq;
+            __syncthreads();
+            float SK = 0.0f, SQ = 0.0f;
+#pragma unroll
+            for (int g = 0; g < kRowGroups; ++g) {
+                SK += part[par][0][g][tx];
+                SQ += part[par][1][g][tx];
+            }
+            const float decay = decay_s[t];
+            const float u = beta_s[t] * (vs[t][tx] - decay * SK);
+#pragma unroll
+            for (int m = 0; m < kRowsPerThread; ++m)
+                if (m < nr) s[m] = s[m] * decay + ks[t][ty + m * kRowGroups] * u;
+            if (ty == 0) os[t][tx] = col_ok ? round_as(p.odt, decay * SQ + u * kq_s[t]) : 0.0f;
+        }
+        __syncthreads();
+        if (warp < nt) {  // warp t (lane = column): this block's part of token t's sum of squares
+            const float o = os[warp][lane];
+            const float ss = warp_sum(o * o);
+            if (lane == 0) ss_s[warp] = ss;
+        }
+        cluster.sync();  // every block's ss_s is written
+        if (warp < nt) {  // the head's sum in rank order, then the gated RMSNorm of this block's columns
+            const int t = warp;
+            float ss = 0.0f;
+            for (int r = 0; r < nsplit; ++r) ss += cluster.map_shared_rank(ss_s, r)[t];
+            const float rn = rsqrtf(ss / static_cast<float>(dv) + p.eps);
+            const int64_t col = static_cast<int64_t>(rank) * kSplitCols + lane;
+            if (col < dv) {
+                const float zc = zs[t][lane];
+                st(p.out, p.odt, ((t0 + t) * p.Hv + h) * dv + col,
+                   ld(p.w, p.wdt, col) * os[t][lane] * rn * zc * sigmoidf_(zc));
+            }
+        }
+        cluster.sync();  // the other blocks have read ss_s; the next tile rewrites the tile buffers
+    }
+    gdn::store_state<kRowGroups>(s, S, nr, ty, j, dv, col_ok);
+#endif
+}
+
+// The split kernel on Hopper for dv up to kSplitCols * kMaxSplit (GRIMOIRE_GDN_SPLIT=0: the one-block-per-head
+// kernels), as a cluster launch that may also start early (programmatic stream serialization).
+static bool gdn_split_enabled(int64_t dv) {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_GDN_SPLIT");
+        return device_is_hopper() && !(e && std::string(e) == "0");
+    }();
+    return on && dv <= kSplitCols * kMaxSplit;
+}
+
+static void launch_gdn_split(const StepArgs& p, cudaStream_t s) {
+    const int nsplit = static_cast<int>((p.dv + kSplitCols - 1) / kSplitCols);
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(nsplit);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(p.Hv * nsplit));
+    cfg.blockDim = dim3(kRowGroups * kSplitCols);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_enabled() ? 2 : 1;
+    cudaLaunchKernelEx(&cfg, gdn_step_split_kernel, p);
+}
+
 void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
                     Tensor& state, const Tensor& z, const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out,
                     cudaStream_t s) {
@@ -217,7 +383,9 @@ void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const 
     p.state = state.ptr<float>();
     p.out = out.data; p.odt = dt_code(out.dtype, op, "out");
     p.eps = eps;
-    if (p.T == 1)
+    if (gdn_split_enabled(p.dv))
+        launch_gdn_split(p, s);
+    else if (p.T == 1)
         launch_pdl(gdn_step1_kernel, dim3(static_cast<unsigned>(p.Hv)), dim3(kRowGroups * kCols), 0, s, p);
     else
         launch_pdl(gdn_step_tiled_kernel, dim3(static_cast<unsigned>(p.Hv)), dim3(kRowGroups * kCols), 0, s,
