@@ -133,7 +133,7 @@ struct Variant {
     void (*kernel)(Args);
     int ntb;     // n-tiles per block (0: flat read)
     int blocks;  // flat read grid
-    int smem;    // 0: none, 1: qmv_smem (x staged), 2: qmv_smem_ssm (x and the scale table)
+    int smem;    // 0: none, 1: qmv_smem (x staged), 2: qmv_smem_ssm (x and the scale table), 3: the table alone
     // Set: the production entry point instead (cuda::qmm_int4 / qmm_fp8 through the library's dispatch).
     std::function<void(const Args&)> library;
 };
@@ -148,7 +148,13 @@ Variant kernel_variant(const char* name) {
           "smem attribute");
     constexpr int kExact =
         qmm::kQmvGeneralLoop | qmm::kQmvScalarStage | qmm::kQmvBlockStage;  // A/B switches, same result
-    return {name, (ABL & ~kExact) == 0, k, NTB, 0, SSM ? 2 : MULTI ? 0 : 1, {}};
+    return {name, (ABL & ~kExact) == 0, k, NTB, 0, SSM ? (MULTI ? 3 : 2) : MULTI ? 0 : 1, {}};
+}
+
+// A variant timed beside the reference but not bit-comparable with it (another summation order).
+Variant inexact(Variant v) {
+    v.exact = false;
+    return v;
 }
 
 // The library's entry point on the same weight (INT4: symmetric g128, F16 scales; FP8: 128 x 128 blocks):
@@ -187,7 +193,10 @@ Variant library(const char* name) {
 void run(const Variant& v, const Args& a) {
     if (v.library) return v.library(a);
     if (v.ntb == 0) return launch(v.kernel, v.blocks, 0, a);
-    const size_t smem = v.smem == 2 ? qmm::qmv_smem_ssm(a, v.ntb, false) : v.smem == 1 ? qmm::qmv_smem(a) : 0;
+    const size_t smem = v.smem == 2   ? qmm::qmv_smem_ssm(a, v.ntb, false, true)
+                        : v.smem == 3 ? qmm::qmv_smem_ssm(a, v.ntb, false, false)
+                        : v.smem == 1 ? qmm::qmv_smem(a, true)
+                                      : 0;
     launch(v.kernel, (a.NT + v.ntb - 1) / v.ntb, smem, a);
 }
 
@@ -237,6 +246,11 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, false, 2, 2, 3, kQmvBlockStage, true>("ssm_ntb2_d2_bst"),
                      kernel_variant<false, false, 1, 6, 3, 0, true>("ssm_ntb1_d6"),
                      kernel_variant<false, false, 2, 4, 2, 0, true>("ssm_ntb2_d4_mb2"),
+                     // One row on the 2..16-row form (x read from global memory, x sums from the all-ones mma).
+                     inexact(kernel_variant<false, true, 1, 4, 3, 0, true>("multi_ssm_ntb1_d4")),
+                     inexact(kernel_variant<false, true, 2, 3, 3, 0, true>("multi_ssm_ntb2_d3")),
+                     inexact(kernel_variant<false, true, 2, 2, 3, 0, true>("multi_ssm_ntb2_d2")),
+                     inexact(kernel_variant<false, true, 2, 2, 3, kQmvBlockStage, true>("multi_ssm_ntb2_d2_bst")),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<false, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
@@ -343,6 +357,8 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, false, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
                      kernel_variant<true, false, 2, 3, 3, 0, true>("ssm_ntb2_d3"),
                      kernel_variant<true, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
+                     inexact(kernel_variant<true, true, 1, 4, 3>("multi_ntb1_d4")),
+                     inexact(kernel_variant<true, true, 2, 3, 3>("multi_ntb2_d3")),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),

@@ -130,9 +130,23 @@ constexpr bool qmv_ssm(bool fp8) {
     return !fp8;
 }
 
-// The launch's dynamic shared memory (qmv_smem, or with the staged scale table for at most two n-tiles).
+// One row takes the staged-x form of the kernel (x and its chunk sums copied into shared memory) only when x
+// is not whole chunks (ldx = K, K % 64 != 0) or GRIMOIRE_QMV_ONEROW=1 (the A/B); else the 2..16-row form, which
+// reads its B words straight from x. Measured on the H200 (docs/BENCHMARKS.md, session 10): the 2..16-row
+// form at four rows was faster than the staged one at one row on every 27B shape.
+bool qmv_staged_x(const qmm::Args& a) {
+    static const bool forced = [] {
+        const char* e = std::getenv("GRIMOIRE_QMV_ONEROW");
+        return e && e[0] == '1';
+    }();
+    return a.M == 1 && (forced || a.ldx % 64 != 0);
+}
+
+// The most dynamic shared memory a launch may take (qmv_smem, or with the staged scale table for at most two
+// n-tiles): with x staged for one row (the route is decided before x's stride is known).
 size_t qmv_launch_smem(const qmm::Args& a, bool fp8, bool asym) {
-    return qmv_ssm(fp8) ? qmm::qmv_smem_ssm(a, 2, asym) : qmm::qmv_smem(a);
+    const bool staged = a.M == 1;
+    return qmv_ssm(fp8) ? qmm::qmv_smem_ssm(a, 2, asym, staged) : qmm::qmv_smem(a, staged);
 }
 
 template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI, int MAXM = 8, int STAGE = 0>
@@ -146,7 +160,7 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     }();
     (void)attr_set;
     const int blocks = (a.NT + NTB - 1) / NTB;
-    const size_t smem = kSsm ? qmm::qmv_smem_ssm(a, NTB, ASYM) : qmm::qmv_smem(a);
+    const size_t smem = kSsm ? qmm::qmv_smem_ssm(a, NTB, ASYM, !MULTI) : qmm::qmv_smem(a, !MULTI);
     launch_ex(kernel, a, blocks, qmm::kQmvThreads, smem, device_is_hopper(), s);
 }
 
@@ -168,7 +182,7 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     const bool two = a.NT >= 4 * qmm::device_sms(), wide = a.NT >= 8 * qmm::device_sms();
-    if (a.M == 1) {
+    if (qmv_staged_x(a)) {
         if constexpr (!FP8) {
             if (wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, false, 8, qmm::kQmvBlockStage>(a, s);
             if (two) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, false>(a, s);

@@ -42,12 +42,12 @@ constexpr int kQmvWarps = 8;
 constexpr int kQmvThreads = 32 * kQmvWarps;
 constexpr int kQmvMaxM = 16;  // rows
 
-// Dynamic shared memory: x for every chunk of the one row (BF16, K rounded up to 64); none for 2..4 rows. The
-// launcher allows kQmvMaxSmem (K up to ~100k channels); a longer row takes the M <= 16 kernels.
+// Dynamic shared memory of the staged-x form (!MULTI, one row): x for every chunk (BF16, K rounded up to 64),
+// then the f32 sums of x over each chunk (16-byte aligned, so the scale table after it is); none for MULTI.
+// The launcher allows kQmvMaxSmem (K up to ~100k channels); a longer row takes the M <= 16 kernels.
 constexpr size_t kQmvMaxSmem = 200 * 1024;
-// One row, INT4: then the f32 sums of x over each chunk (16-byte aligned, so the scale table after it is).
-__host__ __device__ inline size_t qmv_smem(const Args& a) {
-    return a.M == 1 ? static_cast<size_t>(a.KC) * 64 * 2 + (static_cast<size_t>(a.KC) * 4 + 15) / 16 * 16 : 0;
+__host__ __device__ inline size_t qmv_smem(const Args& a, bool staged_x) {
+    return staged_x ? static_cast<size_t>(a.KC) * 64 * 2 + (static_cast<size_t>(a.KC) * 4 + 15) / 16 * 16 : 0;
 }
 // Chunks per scale group (one group: all of K) and the groups along K.
 __host__ __device__ inline int qmv_cpg(const Args& a) {
@@ -58,14 +58,15 @@ __host__ __device__ inline int qmv_groups(const Args& a) {
 }
 // With SSM (scales staged): after x, the block's scales as f32 [groups][NTB * 16] and, asymmetric, 128 + z
 // [groups][NTB * 16] (f32; BF16x2 with kQmvSubZ).
-inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym) {
-    return qmv_smem(a) + static_cast<size_t>(qmv_groups(a)) * ntb * 16 * 4 * (asym ? 2 : 1);
+inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym, bool staged_x) {
+    return qmv_smem(a, staged_x) + static_cast<size_t>(qmv_groups(a)) * ntb * 16 * 4 * (asym ? 2 : 1);
 }
 
 // SSZ: bytes per scale (FP8 and F32 scales 4, F16 / BF16 2). NTB: n-tiles per block. DEPTH: chunks of INT4
 // weights in flight per warp (16 B per lane and n-tile each; FP8 chunks are twice the bytes, so it keeps half
 // as many). MINB: blocks per SM the registers must allow. MULTI: 2..16 rows, token r in column r % 8 of B
-// operand r / 8, x read through L1 (else one row, x staged in shared memory). ABL: benchmark ablations only
+// operand r / 8, x read through L1 (qmm.cu also launches it for one row; else one row, x staged in shared
+// memory). ABL: benchmark ablations only
 // (bench/gpu/bench_qmv_variants.cu; results are wrong, the time is what is read), a mask of kQmvNoDequant,
 // kQmvNoMma, kQmvNoX and kQmvNoFlush, and the exact A/B switches kQmvGeneralLoop (the general loop where the
 // fixed-group one applies) and kQmvScalarStage (the scale table one entry per load), and kQmvSubZ (INT4: the
@@ -174,7 +175,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     };
     // SSM: the block's scale (and zero point) table; it does not depend on the previous kernel.
     constexpr int BW = NTB * 16;  // rows per group row of the table
-    float* sst = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_u4) + qmv_smem(a));
+    float* sst = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_u4) + qmv_smem(a, !MULTI));
     // One row: the chunk sums of x [KC] f32, after x.
     float* xsum_sm = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_u4) + static_cast<size_t>(KC) * 128);
     uint32_t* zst = reinterpret_cast<uint32_t*>(sst + qmv_groups(a) * BW);
