@@ -130,16 +130,18 @@ constexpr bool qmv_ssm(bool fp8) {
     return !fp8;
 }
 
-// One row takes the staged-x form of the kernel (x and its chunk sums copied into shared memory) only when x
-// is not whole chunks (ldx = K, K % 64 != 0) or GRIMOIRE_QMV_ONEROW=1 (the A/B); else the 2..16-row form, which
-// reads its B words straight from x. Measured on the H200 (docs/BENCHMARKS.md, session 10): the 2..16-row
-// form at four rows was faster than the staged one at one row on every 27B shape.
+// One row of a weight with at least 4 n-tiles per SM takes the 2..16-row form of the kernel (B words straight
+// from x, two-tile blocks), when x is whole chunks; else the staged-x form (x and its chunk sums copied into
+// shared memory), also under GRIMOIRE_QMV_ONEROW=1 (the A/B). Measured on the H200 in one call
+// (docs/BENCHMARKS.md, session 10; staged / 2..16-row form, us): INT4 gate_up 28.7 / 28.0, q_gate 10.6 / 10.2;
+// FP8 gate_up 53.3 / 48.4, q_gate 19.7 / 17.9, gdn_qkv 18.6 / 16.9; but on the 320-n-tile weights INT4 down 16.0
+// / 16.7, FP8 down 27.9 / 29.0.
 bool qmv_staged_x(const qmm::Args& a) {
     static const bool forced = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_ONEROW");
         return e && e[0] == '1';
     }();
-    return a.M == 1 && (forced || a.ldx % 64 != 0);
+    return a.M == 1 && (forced || a.ldx % 64 != 0 || a.NT < 4 * qmm::device_sms());
 }
 
 // The most dynamic shared memory a launch may take (qmv_smem, or with the staged scale table for at most two
