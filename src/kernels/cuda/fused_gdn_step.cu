@@ -52,9 +52,10 @@ struct StepArgs {
 };
 }  // namespace
 
-// One token (T = 1): the per-token form, every phase spread over the whole block (block-wide sums). The tiled
-// kernel below is faster from two tokens on but 1.7 us slower for one on the H200 (9.2 against 7.5 us per 27B
-// layer): its single-warp phases wait on a and b and the norm weight, loaded there rather than up front.
+// One token (T = 1) where the split kernel is not used: the per-token form, every phase spread over the whole
+// block (block-wide sums). The tiled kernel below was faster from two tokens on but 1.7 us slower for one on the
+// H200 (9.2 against 7.5 us per 27B layer) when its single-warp phases waited on a and b, loaded there (they are
+// loaded with the tile now; not re-measured).
 static __global__ void __launch_bounds__(kRowGroups * kCols) gdn_step1_kernel(StepArgs p) {
     pdl_enter();  // launched through launch_pdl (common.cuh)
     __shared__ float qn[kMaxDk], kn[kMaxDk];
@@ -96,15 +97,108 @@ static __global__ void __launch_bounds__(kRowGroups * kCols) gdn_step1_kernel(St
     gdn::store_state<kRowGroups>(s, S, nr, ty, j, p.dv, col_ok);
 }
 
+// The token-tile machinery of the tiled kernels (one block per head, and the split one of NC state columns):
+// shared memory for a tile of up to kTile tokens, its loads, the per-token scalars and the state update.
+template <int NC>
+struct TileSmem {
+    float qs[kTile][kMaxDk], ks[kTile][kMaxDk];  // raw, then normalised in place
+    float vs[kTile][NC], zs[kTile][NC], os[kTile][NC];
+    float av[kTile], bv[kTile], decay[kTile], beta[kTile], kq[kTile];
+    float part[2][2][kRowGroups][NC];  // [token parity][S^T k, S^T q][row group][column]
+};
+
+// Every input of tokens t0 .. t0 + nt - 1 at once (one memory latency for the tile, not one per token): q, k of
+// key head kh, v and z of value head h's columns c0 .. c0 + NC - 1, a and b.
+template <int NC>
+__device__ __forceinline__ void load_tile(const StepArgs& p, TileSmem<NC>& m, int64_t t0, int nt, int64_t h,
+                                          int64_t kh, int64_t c0) {
+    const int tid = static_cast<int>(threadIdx.x);
+    const int64_t key = p.Hk * p.dk;
+    for (int i = tid; i < nt * 2 * kMaxDk; i += blockDim.x) {
+        const int t = i / (2 * kMaxDk), r = i % (2 * kMaxDk), e = r % kMaxDk;
+        const bool is_k = r >= kMaxDk;
+        const int64_t row = (t0 + t) * p.C;
+        const float x = e < p.dk ? ld(p.conv, p.cdt, row + (is_k ? key : 0) + kh * p.dk + e) : 0.0f;
+        (is_k ? m.ks : m.qs)[t][e] = x;
+    }
+    for (int i = tid; i < nt * NC; i += blockDim.x) {
+        const int t = i / NC, c = i % NC;
+        const bool ok = c0 + c < p.dv;
+        m.vs[t][c] = ok ? ld(p.conv, p.cdt, (t0 + t) * p.C + 2 * key + h * p.dv + c0 + c) : 0.0f;
+        m.zs[t][c] = ok ? ld(p.z, p.zdt, ((t0 + t) * p.Hv + h) * p.dv + c0 + c) : 0.0f;
+    }
+    if (tid < nt) {
+        m.av[tid] = ld(p.a, p.adt, (t0 + tid) * p.Hv + h);
+        m.bv[tid] = ld(p.b, p.bdt, (t0 + tid) * p.Hv + h);
+    }
+}
+
+// Warp t < nt: token t's q, k L2-normalised in place (q also scaled by dk^-0.5), k.q, decay and beta.
+template <int NC>
+__device__ __forceinline__ void token_scalars(TileSmem<NC>& m, int t, int lane, int64_t dk, float A, float dtb) {
+    const float qscale = rsqrtf(static_cast<float>(dk));
+    float qss = 0.0f, kss = 0.0f;
+    for (int e = lane; e < dk; e += 32) {
+        qss += m.qs[t][e] * m.qs[t][e];
+        kss += m.ks[t][e] * m.ks[t][e];
+    }
+    const float qr = rsqrtf(warp_sum(qss) + 1e-6f) * qscale, kr = rsqrtf(warp_sum(kss) + 1e-6f);
+    float kq = 0.0f;
+    for (int e = lane; e < dk; e += 32) {
+        const float qn = m.qs[t][e] * qr, kn = m.ks[t][e] * kr;
+        m.qs[t][e] = qn;
+        m.ks[t][e] = kn;
+        kq += qn * kn;
+    }
+    kq = warp_sum(kq);
+    if (lane == 0) {
+        m.kq[t] = kq;
+        m.decay[t] = expf(-A * gdn::softplus_(m.av[t] + dtb));
+        m.beta[t] = 1.0f / (1.0f + expf(-m.bv[t]));
+    }
+}
+
+// The tile's tokens through the thread's state slice s (column tx of the block, rows ty + m * kRowGroups): per
+// token ONE reduction over the row groups gives both column sums S^T k and S^T q of the old state (o = S_new^T
+// q = decay S^T q + u (k.q) with u = beta (v - decay S^T k)), double buffered by token parity so a token costs
+// one barrier; o (rounded to the output dtype) into os.
+template <int NC>
+__device__ __forceinline__ void tile_tokens(float (&s)[kRowsPerThread], int nr, int tx, int ty, int nt,
+                                            TileSmem<NC>& m, int odt, bool col_ok) {
+    for (int t = 0; t < nt; ++t) {
+        const int par = t & 1;  // part[par] was last read two tokens ago, before the previous barrier
+        float sk = 0.0f, sq = 0.0f;
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r) {
+            if (r < nr) {
+                sk += s[r] * m.ks[t][ty + r * kRowGroups];
+                sq += s[r] * m.qs[t][ty + r * kRowGroups];
+            }
+        }
+        m.part[par][0][ty][tx] = sk;
+        m.part[par][1][ty][tx] = sq;
+        __syncthreads();
+        float SK = 0.0f, SQ = 0.0f;
+#pragma unroll
+        for (int g = 0; g < kRowGroups; ++g) {
+            SK += m.part[par][0][g][tx];
+            SQ += m.part[par][1][g][tx];
+        }
+        const float decay = m.decay[t];
+        const float u = m.beta[t] * (m.vs[t][tx] - decay * SK);
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r)
+            if (r < nr) s[r] = s[r] * decay + m.ks[t][ty + r * kRowGroups] * u;
+        if (ty == 0) m.os[t][tx] = col_ok ? round_as(odt, decay * SQ + u * m.kq[t]) : 0.0f;
+    }
+}
+
 static __global__ void __launch_bounds__(kRowGroups * kCols) gdn_step_tiled_kernel(StepArgs p) {
-    pdl_enter();                                            // launched through launch_pdl (common.cuh)
-    __shared__ float qs[kTile][kMaxDk], ks[kTile][kMaxDk];  // raw, then normalised in place
-    __shared__ float vs[kTile][kCols], zs[kTile][kCols], os[kTile][kCols];
-    __shared__ float decay_s[kTile], beta_s[kTile], kq_s[kTile];
-    __shared__ float part[2][2][kRowGroups][kCols];  // [token parity][S^T k, S^T q][row group][column]
+    pdl_enter();  // launched through launch_pdl (common.cuh)
+    __shared__ TileSmem<kCols> m;
     const int tx = threadIdx.x % kCols, ty = threadIdx.x / kCols, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
-    const int64_t h = blockIdx.x, kh = h / (p.Hv / p.Hk), key = p.Hk * p.dk, dk = p.dk, dv = p.dv;
+    const int64_t h = blockIdx.x, kh = h / (p.Hv / p.Hk), dk = p.dk, dv = p.dv;
     const int64_t j = tx;
     const bool col_ok = j < dv;
     const int nr = static_cast<int>((dk - ty + kRowGroups - 1) / kRowGroups);
@@ -115,86 +209,25 @@ static __global__ void __launch_bounds__(kRowGroups * kCols) gdn_step_tiled_kern
 
     const float A = expf(ld(p.A_log, p.Adt, h));
     const float dtb = ld(p.dt_bias, p.ddt, h);
-    const float qscale = rsqrtf(static_cast<float>(dk));
     for (int64_t t0 = 0; t0 < p.T; t0 += kTile) {
         const int nt = static_cast<int>(p.T - t0 < kTile ? p.T - t0 : kTile);
-        // Every input of the tile at once (one memory latency for the tile, not one per token).
-        for (int i = tid; i < nt * 2 * kMaxDk; i += blockDim.x) {
-            const int t = i / (2 * kMaxDk), r = i % (2 * kMaxDk), e = r % kMaxDk;
-            const bool is_k = r >= kMaxDk;
-            const int64_t row = (t0 + t) * p.C;
-            const float x = e < dk ? ld(p.conv, p.cdt, row + (is_k ? key : 0) + kh * dk + e) : 0.0f;
-            (is_k ? ks : qs)[t][e] = x;
-        }
-        for (int i = tid; i < nt * kCols; i += blockDim.x) {
-            const int t = i / kCols, c = i % kCols;
-            const bool ok = c < dv;
-            vs[t][c] = ok ? ld(p.conv, p.cdt, (t0 + t) * p.C + 2 * key + h * dv + c) : 0.0f;
-            zs[t][c] = ok ? ld(p.z, p.zdt, ((t0 + t) * p.Hv + h) * dv + c) : 0.0f;
-        }
+        load_tile(p, m, t0, nt, h, kh, 0);
         __syncthreads();
-        if (warp < nt) {  // warp t: token t's q, k norms, k.q, decay and beta
-            const int t = warp;
-            float qss = 0.0f, kss = 0.0f;
-            for (int e = lane; e < dk; e += 32) {
-                qss += qs[t][e] * qs[t][e];
-                kss += ks[t][e] * ks[t][e];
-            }
-            const float qr = rsqrtf(warp_sum(qss) + 1e-6f) * qscale, kr = rsqrtf(warp_sum(kss) + 1e-6f);
-            float kq = 0.0f;
-            for (int e = lane; e < dk; e += 32) {
-                const float qn = qs[t][e] * qr, kn = ks[t][e] * kr;
-                qs[t][e] = qn;
-                ks[t][e] = kn;
-                kq += qn * kn;
-            }
-            kq = warp_sum(kq);
-            if (lane == 0) {
-                const float av = ld(p.a, p.adt, (t0 + t) * p.Hv + h), bv = ld(p.b, p.bdt, (t0 + t) * p.Hv + h);
-                kq_s[t] = kq;
-                decay_s[t] = expf(-A * gdn::softplus_(av + dtb));
-                beta_s[t] = 1.0f / (1.0f + expf(-bv));
-            }
-        }
+        if (warp < nt) token_scalars(m, warp, lane, dk, A, dtb);
         __syncthreads();
-        for (int t = 0; t < nt; ++t) {
-            const int par = t & 1;  // part[par] was last read two tokens ago, before the previous barrier
-            float sk = 0.0f, sq = 0.0f;
-#pragma unroll
-            for (int m = 0; m < kRowsPerThread; ++m) {
-                if (m < nr) {
-                    sk += s[m] * ks[t][ty + m * kRowGroups];
-                    sq += s[m] * qs[t][ty + m * kRowGroups];
-                }
-            }
-            part[par][0][ty][tx] = sk;
-            part[par][1][ty][tx] = sq;
-            __syncthreads();
-            float SK = 0.0f, SQ = 0.0f;
-#pragma unroll
-            for (int g = 0; g < kRowGroups; ++g) {
-                SK += part[par][0][g][tx];
-                SQ += part[par][1][g][tx];
-            }
-            const float decay = decay_s[t];
-            const float u = beta_s[t] * (vs[t][tx] - decay * SK);
-#pragma unroll
-            for (int m = 0; m < kRowsPerThread; ++m)
-                if (m < nr) s[m] = s[m] * decay + ks[t][ty + m * kRowGroups] * u;
-            if (ty == 0) os[t][tx] = round_as(p.odt, decay * SQ + u * kq_s[t]);
-        }
+        tile_tokens(s, nr, tx, ty, nt, m, p.odt, col_ok);
         __syncthreads();
         if (warp < nt) {  // warp t: the gated RMSNorm of token t over the head's dv outputs
             const int t = warp;
             float ss = 0.0f;
-            for (int c = lane; c < dv; c += 32) ss += os[t][c] * os[t][c];
+            for (int c = lane; c < dv; c += 32) ss += m.os[t][c] * m.os[t][c];
             const float r = rsqrtf(warp_sum(ss) / static_cast<float>(dv) + p.eps);
             for (int c = lane; c < dv; c += 32) {
-                const float zc = zs[t][c];
-                st(p.out, p.odt, ((t0 + t) * p.Hv + h) * dv + c, ld(p.w, p.wdt, c) * os[t][c] * r * zc * sigmoidf_(zc));
+                const float zc = m.zs[t][c];
+                st(p.out, p.odt, ((t0 + t) * p.Hv + h) * dv + c, ld(p.w, p.wdt, c) * m.os[t][c] * r * zc * sigmoidf_(zc));
             }
         }
-        __syncthreads();  // the next tile rewrites qs, ks, vs, zs, os
+        __syncthreads();  // the next tile rewrites the tile buffers
     }
     gdn::store_state<kRowGroups>(s, S, nr, ty, j, dv, col_ok);
 }
@@ -207,17 +240,14 @@ static __global__ void __launch_bounds__(kRowGroups * kSplitCols) gdn_step_split
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     pdl_enter();  // launched through launch_gdn_split (programmatic + cluster attributes)
-    __shared__ float qs[kTile][kMaxDk], ks[kTile][kMaxDk];  // raw, then normalised in place
-    __shared__ float vs[kTile][kSplitCols], zs[kTile][kSplitCols], os[kTile][kSplitCols];
-    __shared__ float av_s[kTile], bv_s[kTile], decay_s[kTile], beta_s[kTile], kq_s[kTile];
-    __shared__ float ss_s[kTile];                              // this block's sum of o^2 per token
-    __shared__ float part[2][2][kRowGroups][kSplitCols];       // [token parity][S^T k, S^T q][row group][column]
+    __shared__ TileSmem<kSplitCols> m;
+    __shared__ float ss_s[kTile];  // this block's sum of o^2 per token
     const int nsplit = static_cast<int>(cluster.num_blocks());
     const int rank = static_cast<int>(cluster.block_rank());
     const int tx = threadIdx.x % kSplitCols, ty = threadIdx.x / kSplitCols, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
-    const int64_t h = blockIdx.x / nsplit, kh = h / (p.Hv / p.Hk), key = p.Hk * p.dk, dk = p.dk, dv = p.dv;
-    const int64_t j = static_cast<int64_t>(rank) * kSplitCols + tx;  // this thread's state column
+    const int64_t h = blockIdx.x / nsplit, kh = h / (p.Hv / p.Hk), dk = p.dk, dv = p.dv;
+    const int64_t c0 = static_cast<int64_t>(rank) * kSplitCols, j = c0 + tx;  // this thread's state column
     const bool col_ok = j < dv;
     const int nr = static_cast<int>((dk - ty + kRowGroups - 1) / kRowGroups);
     float* S = p.state + h * dk * dv;
@@ -227,96 +257,30 @@ static __global__ void __launch_bounds__(kRowGroups * kSplitCols) gdn_step_split
 
     const float A = expf(ld(p.A_log, p.Adt, h));
     const float dtb = ld(p.dt_bias, p.ddt, h);
-    const float qscale = rsqrtf(static_cast<float>(dk));
     for (int64_t t0 = 0; t0 < p.T; t0 += kTile) {
         const int nt = static_cast<int>(p.T - t0 < kTile ? p.T - t0 : kTile);
-        // Every input of the tile at once: q, k of the key head (each block of the cluster reads them), v and
-        // z of this block's columns, a and b.
-        for (int i = tid; i < nt * 2 * kMaxDk; i += blockDim.x) {
-            const int t = i / (2 * kMaxDk), r = i % (2 * kMaxDk), e = r % kMaxDk;
-            const bool is_k = r >= kMaxDk;
-            const int64_t row = (t0 + t) * p.C;
-            const float x = e < dk ? ld(p.conv, p.cdt, row + (is_k ? key : 0) + kh * dk + e) : 0.0f;
-            (is_k ? ks : qs)[t][e] = x;
-        }
-        for (int i = tid; i < nt * kSplitCols; i += blockDim.x) {
-            const int t = i / kSplitCols, c = i % kSplitCols;
-            const int64_t col = static_cast<int64_t>(rank) * kSplitCols + c;
-            const bool ok = col < dv;
-            vs[t][c] = ok ? ld(p.conv, p.cdt, (t0 + t) * p.C + 2 * key + h * dv + col) : 0.0f;
-            zs[t][c] = ok ? ld(p.z, p.zdt, ((t0 + t) * p.Hv + h) * dv + col) : 0.0f;
-        }
-        if (tid < nt) {
-            av_s[tid] = ld(p.a, p.adt, (t0 + tid) * p.Hv + h);
-            bv_s[tid] = ld(p.b, p.bdt, (t0 + tid) * p.Hv + h);
-        }
+        load_tile(p, m, t0, nt, h, kh, c0);  // q, k: every block of the cluster reads them
         __syncthreads();
-        if (warp < nt) {  // warp t: token t's q, k norms, k.q, decay and beta
-            const int t = warp;
-            float qss = 0.0f, kss = 0.0f;
-            for (int e = lane; e < dk; e += 32) {
-                qss += qs[t][e] * qs[t][e];
-                kss += ks[t][e] * ks[t][e];
-            }
-            const float qr = rsqrtf(warp_sum(qss) + 1e-6f) * qscale, kr = rsqrtf(warp_sum(kss) + 1e-6f);
-            float kq = 0.0f;
-            for (int e = lane; e < dk; e += 32) {
-                const float qn = qs[t][e] * qr, kn = ks[t][e] * kr;
-                qs[t][e] = qn;
-                ks[t][e] = kn;
-                kq += qn * kn;
-            }
-            kq = warp_sum(kq);
-            if (lane == 0) {
-                kq_s[t] = kq;
-                decay_s[t] = expf(-A * gdn::softplus_(av_s[t] + dtb));
-                beta_s[t] = 1.0f / (1.0f + expf(-bv_s[t]));
-            }
-        }
+        if (warp < nt) token_scalars(m, warp, lane, dk, A, dtb);
         __syncthreads();
-        for (int t = 0; t < nt; ++t) {
-            const int par = t & 1;  // part[par] was last read two tokens ago, before the previous barrier
-            float sk = 0.0f, sq = 0.0f;
-#pragma unroll
-            for (int m = 0; m < kRowsPerThread; ++m) {
-                if (m < nr) {
-                    sk += s[m] * ks[t][ty + m * kRowGroups];
-                    sq += s[m] * qs[t][ty + m * kRowGroups];
-                }
-            }
-            part[par][0][ty][tx] = sk;
-            part[par][1][ty][tx] = sq;
-            __syncthreads();
-            float SK = 0.0f, SQ = 0.0f;
-#pragma unroll
-            for (int g = 0; g < kRowGroups; ++g) {
-                SK += part[par][0][g][tx];
-                SQ += part[par][1][g][tx];
-            }
-            const float decay = decay_s[t];
-            const float u = beta_s[t] * (vs[t][tx] - decay * SK);
-#pragma unroll
-            for (int m = 0; m < kRowsPerThread; ++m)
-                if (m < nr) s[m] = s[m] * decay + ks[t][ty + m * kRowGroups] * u;
-            if (ty == 0) os[t][tx] = col_ok ? round_as(p.odt, decay * SQ + u * kq_s[t]) : 0.0f;
-        }
+        tile_tokens(s, nr, tx, ty, nt, m, p.odt, col_ok);
         __syncthreads();
         if (warp < nt) {  // warp t (lane = column): this block's part of token t's sum of squares
-            const float o = os[warp][lane];
+            const float o = m.os[warp][lane];
             const float ss = warp_sum(o * o);
             if (lane == 0) ss_s[warp] = ss;
         }
-        cluster.sync();  // every block's ss_s is written
+        cluster.sync();   // every block's ss_s is written
         if (warp < nt) {  // the head's sum in rank order, then the gated RMSNorm of this block's columns
             const int t = warp;
             float ss = 0.0f;
             for (int r = 0; r < nsplit; ++r) ss += cluster.map_shared_rank(ss_s, r)[t];
             const float rn = rsqrtf(ss / static_cast<float>(dv) + p.eps);
-            const int64_t col = static_cast<int64_t>(rank) * kSplitCols + lane;
+            const int64_t col = c0 + lane;
             if (col < dv) {
-                const float zc = zs[t][lane];
+                const float zc = m.zs[t][lane];
                 st(p.out, p.odt, ((t0 + t) * p.Hv + h) * dv + col,
-                   ld(p.w, p.wdt, col) * os[t][lane] * rn * zc * sigmoidf_(zc));
+                   ld(p.w, p.wdt, col) * m.os[t][lane] * rn * zc * sigmoidf_(zc));
             }
         }
         cluster.sync();  // the other blocks have read ss_s; the next tile rewrites the tile buffers
