@@ -53,6 +53,13 @@ public:
     virtual Tensor scratch(DType dtype, std::initializer_list<int64_t> shape) = 0;
     virtual void reset_scratch() = 0;
     virtual void to_host(const Tensor& t, void* host) const = 0;  // blocking copy of t.nbytes()
+    // A host buffer of at least `bytes` for a step's results on their way to the host (the logits), valid until
+    // the next call: to_host into it is one DMA on the CUDA backend (page-locked), where a copy into pageable
+    // memory goes through the driver's bounce buffers.
+    virtual void* host_staging(size_t bytes) {
+        if (staging_.size() < bytes) staging_.resize(bytes);
+        return staging_.data();
+    }
     virtual void from_host(Tensor& t, const void* host) = 0;
     virtual void zero(Tensor& t) = 0;
     virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same dtype and element count
@@ -140,6 +147,9 @@ protected:
     void gdn_core_unfused(const Tensor& mixed, const Tensor& conv_w, Tensor& conv_state, const Tensor& a,
                           const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& state, const Tensor& z,
                           const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out);
+
+  private:
+    std::vector<uint8_t> staging_;  // host_staging's buffer where the backend has no page-locked one
 };
 
 // The CPU oracle backend (always available).

@@ -89,6 +89,7 @@ CudaBackend::~CudaBackend() {
     graph_.reset();
     if (cublas_) cublasDestroy(cublas_);
     pinned_.reset();
+    if (staging_host_) cudaFreeHost(staging_host_);
     mem_.reset();
     if (stream_) cudaStreamDestroy(stream_);
 }
@@ -273,6 +274,18 @@ void CudaBackend::to_host(const Tensor& t, void* host) const {
     flush_all();
     GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(host, t.data, t.nbytes(), cudaMemcpyDeviceToHost, stream_));
     GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void* CudaBackend::host_staging(size_t bytes) {
+    if (bytes > staging_bytes_) {
+        flush_all();
+        GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no copy into the old buffer is pending
+        if (staging_host_) cudaFreeHost(staging_host_);
+        staging_host_ = nullptr, staging_bytes_ = 0;
+        GRIMOIRE_CUDA_CHECK(cudaMallocHost(&staging_host_, bytes));
+        staging_bytes_ = bytes;
+    }
+    return staging_host_;
 }
 
 void* CudaBackend::stage(const void* host, size_t bytes) {

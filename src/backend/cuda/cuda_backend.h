@@ -54,6 +54,7 @@ public:
     Tensor scratch(DType dtype, std::initializer_list<int64_t> shape) override;
     void reset_scratch() override;
     void to_host(const Tensor& t, void* host) const override;
+    void* host_staging(size_t bytes) override;
     void from_host(Tensor& t, const void* host) override;
     void zero(Tensor& t) override;
     void copy(const Tensor& src, Tensor& dst) override;
@@ -174,6 +175,8 @@ private:
     cublasHandle_t cublas_ = nullptr;
     std::unique_ptr<cuda::DeviceMemory> mem_;
     std::unique_ptr<cuda::PinnedArena> pinned_;
+    void* staging_host_ = nullptr;  // host_staging's page-locked buffer (cudaMallocHost), grown on demand
+    size_t staging_bytes_ = 0;
     std::unique_ptr<cuda::StepGraph> graph_;  // created after the stream
     // A stacked group's split_cols not recorded yet: the one-GEMM output and the parts it fills.
     struct PendingSplit {
