@@ -136,19 +136,27 @@ struct Variant {
     int smem;    // 0: none, 1: qmv_smem (x staged), 2: qmv_smem_ssm (x and the scale table), 3: the table alone
     // Set: the production entry point instead (cuda::qmm_int4 / qmm_fp8 through the library's dispatch).
     std::function<void(const Args&)> library;
+    int ring = 0;  // WSM: chunk slots per warp in shared memory after the above (0: weights in registers)
+    bool fp8 = false;
 };
 
 // FP8 and INT4 symmetric with 2-byte scales (INT4) / f32 (FP8); MULTI: the 2..16-row form.
-template <bool FP8, bool MULTI, int NTB, int D, int MINB, int ABL = 0, bool SSM = false, int MAXM = 8>
+template <bool FP8, bool MULTI, int NTB, int D, int MINB, int ABL = 0, bool SSM = false, int MAXM = 8, bool WSM = false>
 Variant kernel_variant(const char* name) {
     constexpr int kScaleBytes = FP8 ? 4 : 2;
-    auto k = qmm::qmv_kernel<FP8, false, kScaleBytes, NTB, D, MINB, MULTI, ABL, SSM, MAXM>;
+    auto k = qmm::qmv_kernel<FP8, false, kScaleBytes, NTB, D, MINB, MULTI, ABL, SSM, MAXM, WSM>;
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(qmm::kQmvMaxSmem)),
           "smem attribute");
     constexpr int kExact =
         qmm::kQmvGeneralLoop | qmm::kQmvScalarStage | qmm::kQmvBlockStage;  // A/B switches, same result
-    return {name, (ABL & ~kExact) == 0, k, NTB, 0, SSM ? (MULTI ? 3 : 2) : MULTI ? 0 : 1, {}};
+    return {name, (ABL & ~kExact) == 0, k, NTB, 0, SSM ? (MULTI ? 3 : 2) : MULTI ? 0 : 1, {}, WSM ? D : 0, FP8};
+}
+
+// The same kernel with its weights landing in a shared-memory ring of D chunks per warp (quant_qmv.cuh WSM).
+template <bool FP8, bool MULTI, int NTB, int D, int MINB, bool SSM = true, int MAXM = 8>
+Variant ring_variant(const char* name) {
+    return kernel_variant<FP8, MULTI, NTB, D, MINB, 0, SSM, MAXM, true>(name);
 }
 
 // A variant timed beside the reference but not bit-comparable with it (another summation order).
@@ -193,10 +201,13 @@ Variant library(const char* name) {
 void run(const Variant& v, const Args& a) {
     if (v.library) return v.library(a);
     if (v.ntb == 0) return launch(v.kernel, v.blocks, 0, a);
-    const size_t smem = v.smem == 2   ? qmm::qmv_smem_ssm(a, v.ntb, false, true)
-                        : v.smem == 3 ? qmm::qmv_smem_ssm(a, v.ntb, false, false)
-                        : v.smem == 1 ? qmm::qmv_smem(a, true)
-                                      : 0;
+    size_t smem = v.smem == 2   ? qmm::qmv_smem_ssm(a, v.ntb, false, true)
+                  : v.smem == 3 ? qmm::qmv_smem_ssm(a, v.ntb, false, false)
+                  : v.smem == 1 ? qmm::qmv_smem(a, true)
+                                : 0;
+    if (v.ring > 0)
+        smem = qmm::qmv_ring_offset(a, v.ntb, false, v.smem == 1 || v.smem == 2, v.smem >= 2) +
+               qmm::qmv_ring_bytes(v.ring, v.ntb, v.fp8);
     launch(v.kernel, (a.NT + v.ntb - 1) / v.ntb, smem, a);
 }
 
@@ -209,9 +220,7 @@ struct Group {
 };
 
 std::vector<Group> groups(int sms) {
-    using qmm::kQmvNoDequant, qmm::kQmvNoMma, qmm::kQmvNoX, qmm::kQmvNoFlush, qmm::kQmvGeneralLoop,
-        qmm::kQmvScalarStage, qmm::kQmvSubZ, qmm::kQmvBlockStage;
-    constexpr int kAll = kQmvNoDequant | kQmvNoMma | kQmvNoX | kQmvNoFlush;
+    using qmm::kQmvNoDequant, qmm::kQmvNoMma, qmm::kQmvNoX, qmm::kQmvBlockStage;
     std::vector<Group> g;
     g.push_back({"int4_m1",
                  false,
@@ -219,51 +228,27 @@ std::vector<Group> groups(int sms) {
                  {
                      kernel_variant<false, false, 1, 4, 3>(
                          "ntb1_d4"),  // the reference: one tile, per-group scale loads (FP8's path)
-                     kernel_variant<false, false, 2, 3, 3>("ntb2_d3"),
-                     kernel_variant<false, false, 2, 4, 2>("ntb2_d4_mb2"),
-                     kernel_variant<false, false, 1, 4, 4>("ntb1_d4_mb4"),
-                     kernel_variant<false, false, 1, 6, 3>("ntb1_d6"),
-                     kernel_variant<false, false, 2, 2, 3>("ntb2_d2"),
                      kernel_variant<false, false, 1, 4, 3, 0, true>("ssm_ntb1_d4"),  // qmm.cu: one tile
-                     kernel_variant<false, false, 2, 3, 3, 0, true>("ssm_ntb2_d3"),
-                     kernel_variant<false, false, 1, 6, 3, 0, true>("ssm_ntb1_d6"),
-                     kernel_variant<false, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
-                     kernel_variant<false, false, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
                      kernel_variant<false, false, 2, 2, 3, 0, true>("ssm_ntb2_d2"),  // qmm.cu: two tiles
-                     kernel_variant<false, false, 4, 2, 3, 0, true>("ssm_ntb4_d2"),
-                     // The general loop where the fixed-group loop applies (even depths, g128): the A/B.
-                     kernel_variant<false, false, 1, 4, 3, kQmvGeneralLoop, true>("ssm_ntb1_d4_gen"),
-                     kernel_variant<false, false, 2, 2, 3, kQmvGeneralLoop, true>("ssm_ntb2_d2_gen"),
-                     // The scale table staged one entry per load (before 16-byte loads of 8 rows): the A/B.
-                     kernel_variant<false, false, 1, 4, 3, kQmvScalarStage, true>("ssm_ntb1_d4_sst"),
-                     kernel_variant<false, false, 2, 2, 3, kQmvScalarStage, true>("ssm_ntb2_d2_sst"),
-                     // The zero point subtracted from every weight before the mma (before session 10): the A/B
-                     // of the folded zero point (not bit-comparable: fp32 rounding differs).
-                     kernel_variant<false, false, 1, 4, 3, kQmvSubZ, true>("ssm_ntb1_d4_subz"),
-                     kernel_variant<false, false, 2, 2, 3, kQmvSubZ, true>("ssm_ntb2_d2_subz"),
-                     // The scale table staged by the whole block behind a barrier: the A/B of warp-local staging.
-                     kernel_variant<false, false, 1, 4, 3, kQmvBlockStage, true>("ssm_ntb1_d4_bst"),
                      kernel_variant<false, false, 2, 2, 3, kQmvBlockStage, true>("ssm_ntb2_d2_bst"),
-                     kernel_variant<false, false, 1, 6, 3, 0, true>("ssm_ntb1_d6"),
-                     kernel_variant<false, false, 2, 4, 2, 0, true>("ssm_ntb2_d4_mb2"),
+                     kernel_variant<false, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
+                     // Weights through a shared-memory ring of D chunks per warp (WSM): deeper than registers.
+                     ring_variant<false, false, 1, 4, 3>("wsm_ntb1_d4"),
+                     ring_variant<false, false, 1, 6, 3>("wsm_ntb1_d6"),
+                     ring_variant<false, false, 1, 8, 3>("wsm_ntb1_d8"),
+                     ring_variant<false, false, 1, 12, 2>("wsm_ntb1_d12_mb2"),
+                     ring_variant<false, false, 1, 8, 4>("wsm_ntb1_d8_mb4"),
+                     ring_variant<false, false, 2, 2, 3>("wsm_ntb2_d2"),
+                     ring_variant<false, false, 2, 4, 3>("wsm_ntb2_d4"),
+                     ring_variant<false, false, 2, 6, 3>("wsm_ntb2_d6"),
                      // One row on the 2..16-row form (x read from global memory, x sums from the all-ones mma).
-                     inexact(kernel_variant<false, true, 1, 4, 3, 0, true>("multi_ssm_ntb1_d4")),
-                     inexact(kernel_variant<false, true, 2, 3, 3, 0, true>("multi_ssm_ntb2_d3")),
                      inexact(kernel_variant<false, true, 2, 2, 3, 0, true>("multi_ssm_ntb2_d2")),
                      inexact(kernel_variant<false, true, 2, 2, 3, kQmvBlockStage, true>("multi_ssm_ntb2_d2_bst")),
-                     kernel_variant<false, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
-                     kernel_variant<false, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
-                     kernel_variant<false, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
-                     kernel_variant<false, false, 1, 4, 3, kQmvNoFlush>("ablate_ntb1_noflush"),
-                     kernel_variant<false, false, 1, 4, 3, kAll>("ablate_ntb1_all"),
-                     kernel_variant<false, false, 2, 3, 3, kQmvNoDequant>("ablate_ntb2_nodequant"),
-                     kernel_variant<false, false, 2, 3, 3, kQmvNoMma>("ablate_ntb2_nomma"),
-                     kernel_variant<false, false, 2, 3, 3, kQmvNoX>("ablate_ntb2_nox"),
-                     kernel_variant<false, false, 2, 3, 3, kQmvNoFlush>("ablate_ntb2_noflush"),
+                     inexact(ring_variant<false, true, 2, 4, 3>("multi_wsm_ntb2_d4")),
+                     inexact(ring_variant<false, true, 2, 6, 3>("multi_wsm_ntb2_d6")),
+                     inexact(ring_variant<false, true, 1, 8, 3>("multi_wsm_ntb1_d8")),
                      {"loads_ntb1_d4", false, loads_only<1, 4>, 1, 0, 0, {}},
-                     {"loads_ntb2_d3", false, loads_only<2, 3>, 2, 0, 0, {}},
                      {"loads_ntb1_d8", false, loads_only<1, 8>, 1, 0, 0, {}},
-                     {"flat_4xsm", false, flat_read, 0, 4 * sms, 0, {}},
                      {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},
                  }});
     g.push_back({"int4_m4",
@@ -275,18 +260,10 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 2, 4, 2>("ntb2_d4_mb2"),
                      kernel_variant<false, true, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
                      kernel_variant<false, true, 2, 3, 3, 0, true>("ssm_ntb2_d3"),  // qmm.cu's INT4 2..8 rows
-             kernel_variant<false, true, 1, 4, 3, kQmvGeneralLoop, true>("ssm_ntb1_d4_gen"),
-             kernel_variant<false, true, 2, 3, 3, kQmvGeneralLoop, true>("ssm_ntb2_d3_gen"),
-             kernel_variant<false, true, 1, 4, 3, kQmvScalarStage, true>("ssm_ntb1_d4_sst"),
-             kernel_variant<false, true, 2, 3, 3, kQmvScalarStage, true>("ssm_ntb2_d3_sst"),
-             kernel_variant<false, true, 1, 4, 3, kQmvSubZ, true>("ssm_ntb1_d4_subz"),
-             kernel_variant<false, true, 2, 3, 3, kQmvSubZ, true>("ssm_ntb2_d3_subz"),
-             kernel_variant<false, true, 1, 4, 3, kQmvBlockStage, true>("ssm_ntb1_d4_bst"),
-             kernel_variant<false, true, 2, 3, 3, kQmvBlockStage, true>("ssm_ntb2_d3_bst"),
-             kernel_variant<false, true, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
-                     kernel_variant<false, true, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
-                     kernel_variant<false, true, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
-                     kernel_variant<false, true, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
+                     kernel_variant<false, true, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
+                     ring_variant<false, true, 2, 3, 3>("wsm_ntb2_d3"),
+                     ring_variant<false, true, 2, 4, 3>("wsm_ntb2_d4"),
+                     ring_variant<false, true, 1, 6, 3>("wsm_ntb1_d6"),
                  }});
     // 8 rows: the qmv kernel's variants and the library's dispatch.
     g.push_back({"int4_m8",
@@ -298,6 +275,8 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 1, 4, 3, 0, true, 8>("ssm_ntb1_d4"),
                      kernel_variant<false, true, 2, 3, 3, 0, true, 8>("ssm_ntb2_d3"),
                      kernel_variant<false, true, 2, 4, 3, 0, true, 8>("ssm_ntb2_d4"),
+                     ring_variant<false, true, 2, 4, 3, true, 8>("wsm_ntb2_d4"),
+                     ring_variant<false, true, 1, 6, 3, true, 8>("wsm_ntb1_d6"),
                      library<false>("library"),
                  }});
     // 16 rows: each A fragment meets two B operands (MAXM = 16).
@@ -309,13 +288,13 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 1, 4, 3, 0, true, 16>("ssm_ntb1_d4"),
              kernel_variant<false, true, 2, 3, 3, 0, true, 16>("ssm_ntb2_d3"),
              kernel_variant<false, true, 2, 3, 2, 0, true, 16>("ssm_ntb2_d3_mb2"),  // qmm.cu: no spills
-             kernel_variant<false, true, 2, 3, 2, kQmvSubZ, true, 16>("ssm_ntb2_d3_mb2_subz"),
-             kernel_variant<false, true, 2, 3, 2, kQmvBlockStage, true, 16>("ssm_ntb2_d3_mb2_bst"),
-             kernel_variant<false, true, 1, 4, 3, kQmvBlockStage, true, 16>("ssm_ntb1_d4_bst"),
              kernel_variant<false, true, 1, 3, 3, 0, true, 16>("ssm_ntb1_d3"),
              kernel_variant<false, true, 1, 2, 3, 0, true, 16>("ssm_ntb1_d2"),
-             kernel_variant<false, true, 1, 4, 3, kQmvSubZ, true, 16>("ssm_ntb1_d4_subz"),
              kernel_variant<false, true, 2, 2, 3, 0, true, 16>("ssm_ntb2_d2"),
+             ring_variant<false, true, 2, 3, 2, true, 16>("wsm_ntb2_d3_mb2"),
+             ring_variant<false, true, 2, 4, 2, true, 16>("wsm_ntb2_d4_mb2"),
+             ring_variant<false, true, 2, 3, 3, true, 16>("wsm_ntb2_d3"),
+             ring_variant<false, true, 1, 6, 3, true, 16>("wsm_ntb1_d6"),
              library<false>("library"),
          }});
     // FP8 at 4, 8 and 16 rows: the qmv kernel (per-group scale loads, as qmm.cu launches FP8) against the
@@ -357,6 +336,10 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, false, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
                      kernel_variant<true, false, 2, 3, 3, 0, true>("ssm_ntb2_d3"),
                      kernel_variant<true, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
+                     ring_variant<true, false, 1, 4, 3, false>("wsm_ntb1_d4"),
+                     ring_variant<true, false, 1, 6, 3, false>("wsm_ntb1_d6"),
+                     ring_variant<true, false, 1, 4, 3, true>("wsm_ssm_ntb1_d4"),
+                     inexact(ring_variant<true, true, 1, 4, 3, false>("multi_wsm_ntb1_d4")),
                      inexact(kernel_variant<true, true, 1, 4, 3>("multi_ntb1_d4")),
                      inexact(kernel_variant<true, true, 2, 3, 3>("multi_ntb2_d3")),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),

@@ -58,8 +58,16 @@ __host__ __device__ inline int qmv_groups(const Args& a) {
 }
 // With SSM (scales staged): after x, the block's scales as f32 [groups][NTB * 16] and, asymmetric, 128 + z
 // [groups][NTB * 16] (f32; BF16x2 with kQmvSubZ).
-inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym, bool staged_x) {
+__host__ __device__ inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym, bool staged_x) {
     return qmv_smem(a, staged_x) + static_cast<size_t>(qmv_groups(a)) * ntb * 16 * 4 * (asym ? 2 : 1);
+}
+// WSM (weights through shared memory): after the above (16-byte aligned), each warp's ring of `depth` chunk
+// slots, each [NTB][VEC][32 lanes] x 16 bytes.
+__host__ __device__ inline size_t qmv_ring_offset(const Args& a, int ntb, bool asym, bool staged_x, bool ssm) {
+    return ((ssm ? qmv_smem_ssm(a, ntb, asym, staged_x) : qmv_smem(a, staged_x)) + 15) / 16 * 16;
+}
+__host__ __device__ constexpr size_t qmv_ring_bytes(int depth, int ntb, bool fp8) {
+    return static_cast<size_t>(8) * depth * ntb * (fp8 ? 2 : 1) * 512;
 }
 
 // SSZ: bytes per scale (FP8 and F32 scales 4, F16 / BF16 2). NTB: n-tiles per block. DEPTH: chunks of INT4
@@ -78,7 +86,10 @@ inline size_t qmv_smem_ssm(const Args& a, int ntb, bool asym, bool staged_x) {
 // memory (qmm.cu: INT4); without it every group's scale (and every chunk's zero point) is a global load with
 // its own address arithmetic, issued with the weights (qmm.cu: FP8, one scale per 128x128 block). MAXM: the
 // most rows a MULTI launch may have (the block-sum rows; above 8 each A fragment meets two B operands of 8
-// tokens); qmm.cu launches 8 for 2..8 rows and 16 for 9..16.
+// tokens); qmm.cu launches 8 for 2..8 rows and 16 for 9..16. WSM: the weights land in a per-warp shared-memory
+// ring of DEPTH chunks by cp.async instead of registers (same results bit for bit); qmm.cu launches WSM = false:
+// every depth measured slower on the H200, alone and in the 27B decode (docs/BENCHMARKS.md, session 11), so
+// bench_qmv_variants keeps it as a variant.
 enum : int {
     kQmvNoDequant = 1,
     kQmvNoMma = 2,
@@ -98,11 +109,15 @@ template <bool FP8,
           bool MULTI,
           int ABL = 0,
           bool SSM = false,
-          int MAXM = 8>
+          int MAXM = 8,
+          bool WSM = false>
 __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int VEC = vec(FP8);
     constexpr int DI = MULTI && NTB == 2 ? DEPTH - 1 : DEPTH;  // 2..4 rows: two more accumulators per n-tile
-    constexpr int D = FP8 ? (DI + 1) / 2 : DI;
+    // Chunks in flight per warp: in registers, fewer for two-tile MULTI and FP8 (their registers); through
+    // shared memory (WSM) all DEPTH.
+    constexpr int D = WSM ? DEPTH : FP8 ? (DI + 1) / 2 : DI;
+    static_assert(kQmvWarps == 8, "qmv_ring_bytes assumes 8 warps");
     extern __shared__ __align__(16) uint4 smem_u4[];
     constexpr int RT = MULTI ? MAXM : 1;  // token rows kept per warp for the block's sum
     constexpr int NH = MULTI && MAXM > 8 ? 2 : 1;  // B operands of 8 tokens each (9..16 rows: two per A)
@@ -134,21 +149,34 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     const int gstride = FP8 ? 1 : a.NP;                             // scale elements per group step
     int lc = c0, lgrp = c0 / cpg, lrem = cpg - c0 % cpg;
 
-    // In flight per slot: the chunk's weights and the raw scale (and zero point) bits of rows g / g + 8.
-    uint4 wq[D][NTB][VEC];
+    // In flight per slot: the chunk's weights (registers, or with WSM this warp's ring slot in shared memory,
+    // where lane l's 16-byte pieces are the ones it copied and reads back: a lane waits only for its own
+    // cp.async groups, one group per load() call) and the raw scale (and zero point) bits of rows g / g + 8.
+    uint4 wq[WSM ? 1 : D][NTB][VEC];
+    uint4* ring = reinterpret_cast<uint4*>(reinterpret_cast<char*>(smem_u4) +
+                                           qmv_ring_offset(a, NTB, ASYM, !MULTI, SSM)) +
+                  warp * D * NTB * VEC * 32 + lane;
     uint32_t slo[D][NTB], shi[D][NTB], zr[D][NTB];
     // The scales are read only with the chunk that ends the group (or the warp's range), whose slot the flush
     // uses; zero points too when folded (ZF), else with every chunk (the dequant needs them).
     using ST = std::conditional_t<SSZ == 4, unsigned, unsigned short>;
     const ST* sbase = static_cast<const ST*>(a.scales);
     auto load = [&](int s) {
-        if (lc >= c1) return;
+        if (lc >= c1) {
+            if constexpr (WSM) cp_async_commit();  // an empty group keeps the wait count uniform
+            return;
+        }
         const int gb = lgrp * gstride;
         const bool last = lrem == 1 || lc + 1 == c1;
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
 #pragma unroll
-            for (int u = 0; u < VEC; ++u) wq[s][j][u] = ld_stream(wp[j] + u);
+            for (int u = 0; u < VEC; ++u) {
+                if constexpr (WSM)
+                    cp_async16(ring + ((s * NTB + j) * VEC + u) * 32, wp[j] + u);
+                else
+                    wq[s][j][u] = ld_stream(wp[j] + u);
+            }
             wp[j] += wstride;
             if constexpr (!SSM) {
                 if (last) slo[s][j] = __ldg(sbase + gb + so_lo[j]), shi[s][j] = __ldg(sbase + gb + so_hi[j]);
@@ -162,6 +190,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         if constexpr (!SSM) {
             if (--lrem == 0) lrem = cpg, ++lgrp;
         }
+        if constexpr (WSM) cp_async_commit();
     };
 #pragma unroll
     for (int s = 0; s < D; ++s) load(s);
@@ -299,6 +328,20 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // Chunk c (weights in slot s) into cur; `first`: the chunk opens a scale group whose cur was not zeroed,
     // so its first mma takes no accumulator.
     auto chunk = [&](int s, int c, bool first) {
+        // Slot s's weights: WSM reads back this lane's pieces once its group (the oldest of D) has landed.
+        uint4 w[NTB][VEC];
+        if constexpr (WSM) {
+            cp_async_wait<D - 1>();
+#pragma unroll
+            for (int j = 0; j < NTB; ++j)
+#pragma unroll
+                for (int u = 0; u < VEC; ++u) w[j][u] = ring[((s * NTB + j) * VEC + u) * 32];
+        } else {
+#pragma unroll
+            for (int j = 0; j < NTB; ++j)
+#pragma unroll
+                for (int u = 0; u < VEC; ++u) w[j][u] = wq[s][j][u];
+        }
         if constexpr (ZF && !MULTI) {
             const float v = xsum_sm[c];
             xs[0][0] = first ? v : xs[0][0] + v;
@@ -348,12 +391,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             for (int kt = 0; kt < 4; ++kt) {
                 uint32_t a0, a1, a2, a3;
                 if constexpr ((ABL & kQmvNoDequant) != 0) {
-                    const uint4& qq = wq[s][j][0];
+                    const uint4& qq = w[j][0];
                     a0 = qq.x ^ zx, a1 = qq.y, a2 = qq.z, a3 = qq.w;
                 } else if constexpr (ZF) {
-                    a_fragment_int4_raw(wq[s][j][0], kt, a0, a1, a2, a3);
+                    a_fragment_int4_raw(w[j][0], kt, a0, a1, a2, a3);
                 } else {
-                    a_fragment<FP8>(wq[s][j], kt, zx, zy, a0, a1, a2, a3);
+                    a_fragment<FP8>(w[j], kt, zx, zy, a0, a1, a2, a3);
                 }
 #pragma unroll
                 for (int h = 0; h < NH; ++h) {
