@@ -151,18 +151,10 @@ size_t qmv_launch_smem(const qmm::Args& a, bool fp8, bool asym) {
     return qmv_ssm(fp8) ? qmm::qmv_smem_ssm(a, 2, asym, staged) : qmm::qmv_smem(a, staged);
 }
 
-// The dynamic shared memory of a qmv launch: x (one row) and the scale table, then with WSM the weight ring.
-size_t qmv_kernel_smem(const qmm::Args& a, bool fp8, bool asym, int ntb, bool multi, bool wsm, int depth) {
-    const bool ssm = qmv_ssm(fp8);
-    if (wsm) return qmm::qmv_ring_offset(a, ntb, asym, !multi, ssm) + qmm::qmv_ring_bytes(depth, ntb, fp8);
-    return ssm ? qmm::qmv_smem_ssm(a, ntb, asym, !multi) : qmm::qmv_smem(a, !multi);
-}
-
-template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI, int MAXM = 8, int STAGE = 0,
-          bool WSM = false>
+template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI, int MAXM = 8, int STAGE = 0>
 void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     constexpr bool kSsm = qmv_ssm(FP8);
-    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, STAGE, kSsm, MAXM, WSM>;
+    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, STAGE, kSsm, MAXM>;
     static const bool attr_set = [&] {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(qmm::kQmvMaxSmem));
@@ -170,7 +162,7 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     }();
     (void)attr_set;
     const int blocks = (a.NT + NTB - 1) / NTB;
-    const size_t smem = qmv_kernel_smem(a, FP8, ASYM, NTB, MULTI, WSM, D);
+    const size_t smem = kSsm ? qmm::qmv_smem_ssm(a, NTB, ASYM, !MULTI) : qmm::qmv_smem(a, !MULTI);
     launch_ex(kernel, a, blocks, qmm::kQmvThreads, smem, device_is_hopper(), s);
 }
 

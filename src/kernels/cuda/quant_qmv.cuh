@@ -67,7 +67,7 @@ __host__ __device__ inline size_t qmv_ring_offset(const Args& a, int ntb, bool a
     return ((ssm ? qmv_smem_ssm(a, ntb, asym, staged_x) : qmv_smem(a, staged_x)) + 15) / 16 * 16;
 }
 __host__ __device__ constexpr size_t qmv_ring_bytes(int depth, int ntb, bool fp8) {
-    return static_cast<size_t>(8) * depth * ntb * (fp8 ? 2 : 1) * 512;
+    return static_cast<size_t>(kQmvWarps) * depth * ntb * (fp8 ? 2 : 1) * 512;
 }
 
 // SSZ: bytes per scale (FP8 and F32 scales 4, F16 / BF16 2). NTB: n-tiles per block. DEPTH: chunks of INT4
@@ -117,7 +117,6 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // Chunks in flight per warp: in registers, fewer for two-tile MULTI and FP8 (their registers); through
     // shared memory (WSM) all DEPTH.
     constexpr int D = WSM ? DEPTH : FP8 ? (DI + 1) / 2 : DI;
-    static_assert(kQmvWarps == 8, "qmv_ring_bytes assumes 8 warps");
     extern __shared__ __align__(16) uint4 smem_u4[];
     constexpr int RT = MULTI ? MAXM : 1;  // token rows kept per warp for the block's sum
     constexpr int NH = MULTI && MAXM > 8 ? 2 : 1;  // B operands of 8 tokens each (9..16 rows: two per A)
