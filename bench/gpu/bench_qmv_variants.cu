@@ -138,18 +138,28 @@ struct Variant {
     std::function<void(const Args&)> library;
     int ring = 0;  // WSM: chunk slots per warp in shared memory after the above (0: weights in registers)
     bool fp8 = false;
+    int pers = 0;  // PERS: the grid is min(n-tile groups, this many blocks per SM x SMs)
 };
 
 // FP8 and INT4 symmetric with 2-byte scales (INT4) / f32 (FP8); MULTI: the 2..16-row form.
-template <bool FP8, bool MULTI, int NTB, int D, int MINB, int ABL = 0, bool SSM = false, int MAXM = 8, bool WSM = false>
+template <bool FP8,
+          bool MULTI,
+          int NTB,
+          int D,
+          int MINB,
+          int ABL = 0,
+          bool SSM = false,
+          int MAXM = 8,
+          bool WSM = false,
+          bool PERS = false>
 Variant kernel_variant(const char* name) {
     constexpr int kScaleBytes = FP8 ? 4 : 2;
-    auto k = qmm::qmv_kernel<FP8, false, kScaleBytes, NTB, D, MINB, MULTI, ABL, SSM, MAXM, WSM>;
+    auto k = qmm::qmv_kernel<FP8, false, kScaleBytes, NTB, D, MINB, MULTI, ABL, SSM, MAXM, WSM, PERS>;
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(qmm::kQmvMaxSmem)),
           "smem attribute");
     constexpr int kExact =
-        qmm::kQmvGeneralLoop | qmm::kQmvScalarStage | qmm::kQmvBlockStage;  // A/B switches, same result
+        qmm::kQmvGeneralLoop | qmm::kQmvScalarStage | qmm::kQmvBlockStage | qmm::kQmvSerialStage;  // A/B, same result
     return {name, (ABL & ~kExact) == 0, k, NTB, 0, SSM ? (MULTI ? 3 : 2) : MULTI ? 0 : 1, {}, WSM ? D : 0, FP8};
 }
 
@@ -157,6 +167,14 @@ Variant kernel_variant(const char* name) {
 template <bool FP8, bool MULTI, int NTB, int D, int MINB, bool SSM = true, int MAXM = 8>
 Variant ring_variant(const char* name) {
     return kernel_variant<FP8, MULTI, NTB, D, MINB, 0, SSM, MAXM, true>(name);
+}
+
+// Persistent blocks (quant_qmv.cuh PERS): at most `per_sm` blocks per SM, each looping over n-tile groups.
+template <bool FP8, bool MULTI, int NTB, int D, int MINB>
+Variant pers_variant(const char* name, int per_sm) {
+    Variant v = kernel_variant<FP8, MULTI, NTB, D, MINB, 0, false, 8, false, true>(name);
+    v.pers = per_sm;
+    return v;
 }
 
 // A variant timed beside the reference but not bit-comparable with it (another summation order).
@@ -208,7 +226,15 @@ void run(const Variant& v, const Args& a) {
     if (v.ring > 0)
         smem = qmm::qmv_ring_offset(a, v.ntb, false, v.smem == 1 || v.smem == 2, v.smem >= 2) +
                qmm::qmv_ring_bytes(v.ring, v.ntb, v.fp8);
-    launch(v.kernel, (a.NT + v.ntb - 1) / v.ntb, smem, a);
+    int grid = (a.NT + v.ntb - 1) / v.ntb;
+    if (v.pers > 0) {
+        int dev = 0, sms = 0, occ = 0;
+        check(cudaGetDevice(&dev), "device");
+        check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "attribute");
+        check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, v.kernel, qmm::kQmvThreads, smem), "occupancy");
+        grid = std::min(grid, std::min(occ, v.pers) * sms);
+    }
+    launch(v.kernel, grid, smem, a);
 }
 
 // One format and row count; its first variant is the reference of the exact ones.
@@ -232,21 +258,27 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, false, 2, 2, 3, 0, true>("ssm_ntb2_d2"),  // qmm.cu: two tiles
                      kernel_variant<false, false, 2, 2, 3, kQmvBlockStage, true>("ssm_ntb2_d2_bst"),
                      kernel_variant<false, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
+                     // The staging before session 12 (table pieces written as they land, then x by registers).
+                     kernel_variant<false, false, 1, 4, 3, qmm::kQmvSerialStage, true>("ssm_ntb1_d4_ser"),
+                     kernel_variant<false, false, 2, 2, 3, qmm::kQmvSerialStage, true>("ssm_ntb2_d2_ser"),
+                     kernel_variant<false, false, 2, 2, 3, kQmvBlockStage | qmm::kQmvSerialStage, true>(
+                         "ssm_ntb2_d2_bst_ser"),
                      // Weights through a shared-memory ring of D chunks per warp (WSM): deeper than registers.
                      ring_variant<false, false, 1, 4, 3>("wsm_ntb1_d4"),
-                     ring_variant<false, false, 1, 6, 3>("wsm_ntb1_d6"),
-                     ring_variant<false, false, 1, 8, 3>("wsm_ntb1_d8"),
-                     ring_variant<false, false, 1, 12, 2>("wsm_ntb1_d12_mb2"),
-                     ring_variant<false, false, 1, 8, 4>("wsm_ntb1_d8_mb4"),
-                     ring_variant<false, false, 2, 2, 3>("wsm_ntb2_d2"),
-                     ring_variant<false, false, 2, 4, 3>("wsm_ntb2_d4"),
-                     ring_variant<false, false, 2, 6, 3>("wsm_ntb2_d6"),
+                     // Four blocks per SM (64 registers).
+                     kernel_variant<false, false, 1, 4, 4, 0, true>("ssm_ntb1_d4_mb4"),
+                     kernel_variant<false, false, 2, 2, 4, 0, true>("ssm_ntb2_d2_mb4"),
+                     inexact(kernel_variant<false, true, 2, 2, 4, 0, true>("multi_ssm_ntb2_d2_mb4")),
+                     // Persistent blocks (scales with the weights): n-tile groups per block, blocks per SM.
+                     pers_variant<false, false, 1, 4, 3>("pers_ntb1_d4", 3),
+                     pers_variant<false, false, 2, 2, 3>("pers_ntb2_d2", 3),
+                     pers_variant<false, false, 2, 2, 3>("pers_ntb2_d2_x2", 2),
+                     pers_variant<false, false, 1, 4, 3>("pers_ntb1_d4_x2", 2),
+                     inexact(pers_variant<false, true, 2, 2, 3>("multi_pers_ntb2_d2", 3)),
+                     inexact(pers_variant<false, true, 1, 4, 3>("multi_pers_ntb1_d4", 3)),
                      // One row on the 2..16-row form (x read from global memory, x sums from the all-ones mma).
                      inexact(kernel_variant<false, true, 2, 2, 3, 0, true>("multi_ssm_ntb2_d2")),
                      inexact(kernel_variant<false, true, 2, 2, 3, kQmvBlockStage, true>("multi_ssm_ntb2_d2_bst")),
-                     inexact(ring_variant<false, true, 2, 4, 3>("multi_wsm_ntb2_d4")),
-                     inexact(ring_variant<false, true, 2, 6, 3>("multi_wsm_ntb2_d6")),
-                     inexact(ring_variant<false, true, 1, 8, 3>("multi_wsm_ntb1_d8")),
                      {"loads_ntb1_d4", false, loads_only<1, 4>, 1, 0, 0, {}},
                      {"loads_ntb1_d8", false, loads_only<1, 8>, 1, 0, 0, {}},
                      {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},
@@ -261,9 +293,6 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
                      kernel_variant<false, true, 2, 3, 3, 0, true>("ssm_ntb2_d3"),  // qmm.cu's INT4 2..8 rows
                      kernel_variant<false, true, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
-                     ring_variant<false, true, 2, 3, 3>("wsm_ntb2_d3"),
-                     ring_variant<false, true, 2, 4, 3>("wsm_ntb2_d4"),
-                     ring_variant<false, true, 1, 6, 3>("wsm_ntb1_d6"),
                  }});
     // 8 rows: the qmv kernel's variants and the library's dispatch.
     g.push_back({"int4_m8",
@@ -275,8 +304,6 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 1, 4, 3, 0, true, 8>("ssm_ntb1_d4"),
                      kernel_variant<false, true, 2, 3, 3, 0, true, 8>("ssm_ntb2_d3"),
                      kernel_variant<false, true, 2, 4, 3, 0, true, 8>("ssm_ntb2_d4"),
-                     ring_variant<false, true, 2, 4, 3, true, 8>("wsm_ntb2_d4"),
-                     ring_variant<false, true, 1, 6, 3, true, 8>("wsm_ntb1_d6"),
                      library<false>("library"),
                  }});
     // 16 rows: each A fragment meets two B operands (MAXM = 16).
@@ -291,10 +318,6 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 1, 3, 3, 0, true, 16>("ssm_ntb1_d3"),
              kernel_variant<false, true, 1, 2, 3, 0, true, 16>("ssm_ntb1_d2"),
              kernel_variant<false, true, 2, 2, 3, 0, true, 16>("ssm_ntb2_d2"),
-             ring_variant<false, true, 2, 3, 2, true, 16>("wsm_ntb2_d3_mb2"),
-             ring_variant<false, true, 2, 4, 2, true, 16>("wsm_ntb2_d4_mb2"),
-             ring_variant<false, true, 2, 3, 3, true, 16>("wsm_ntb2_d3"),
-             ring_variant<false, true, 1, 6, 3, true, 16>("wsm_ntb1_d6"),
              library<false>("library"),
          }});
     // FP8 at 4, 8 and 16 rows: the qmv kernel (per-group scale loads, as qmm.cu launches FP8) against the
@@ -331,15 +354,16 @@ std::vector<Group> groups(int sms) {
                  {
                      kernel_variant<true, false, 1, 4, 3>(
                          "ntb1_d4"),  // qmm.cu's FP8 configurations (2 chunks in flight)
+                     kernel_variant<true, false, 1, 4, 3, qmm::kQmvSerialStage>("ntb1_d4_ser"),  // x as before
+                     pers_variant<true, false, 1, 4, 3>("pers_ntb1_d4", 3),
+                     pers_variant<true, false, 2, 3, 3>("pers_ntb2_d3", 3),
+                     inexact(pers_variant<true, true, 2, 3, 3>("multi_pers_ntb2_d3", 3)),
                      kernel_variant<true, false, 2, 3, 3>("ntb2_d3"),
                      kernel_variant<true, false, 1, 6, 3>("ntb1_d6"),
                      kernel_variant<true, false, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
                      kernel_variant<true, false, 2, 3, 3, 0, true>("ssm_ntb2_d3"),
                      kernel_variant<true, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
                      ring_variant<true, false, 1, 4, 3, false>("wsm_ntb1_d4"),
-                     ring_variant<true, false, 1, 6, 3, false>("wsm_ntb1_d6"),
-                     ring_variant<true, false, 1, 4, 3, true>("wsm_ssm_ntb1_d4"),
-                     inexact(ring_variant<true, true, 1, 4, 3, false>("multi_wsm_ntb1_d4")),
                      inexact(kernel_variant<true, true, 1, 4, 3>("multi_ntb1_d4")),
                      inexact(kernel_variant<true, true, 2, 3, 3>("multi_ntb2_d3")),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),

@@ -80,7 +80,9 @@ __host__ __device__ constexpr size_t qmv_ring_bytes(int depth, int ntb, bool fp8
 // fixed-group one applies) and kQmvScalarStage (the scale table one entry per load), and kQmvSubZ (INT4: the
 // zero point subtracted from every weight in BF16 before the mma, the dequant before session 10; same
 // values up to fp32 rounding) and kQmvBlockStage (the scale table staged by the whole block behind a barrier
-// even where each warp could stage its own groups); qmm.cu launches ABL = 0. SSM: the block stages its n-tiles'
+// even where each warp could stage its own groups) and kQmvSerialStage (one row: each table piece written as it
+// lands and x loaded through registers four pieces per lane at a time, the staging before session 12);
+// qmm.cu launches ABL = 0. SSM: the block stages its n-tiles'
 // scales (f32) and zero points for every group in shared memory once, before the programmatic-launch wait
 // (qmv_smem_ssm), so the per-chunk path loads only weights and the group flush reads its scales from shared
 // memory (qmm.cu: INT4); without it every group's scale (and every chunk's zero point) is a global load with
@@ -98,7 +100,8 @@ enum : int {
     kQmvGeneralLoop = 16,
     kQmvScalarStage = 32,
     kQmvSubZ = 64,
-    kQmvBlockStage = 128
+    kQmvBlockStage = 128,
+    kQmvSerialStage = 256
 };
 template <bool FP8,
           bool ASYM,
@@ -110,7 +113,8 @@ template <bool FP8,
           int ABL = 0,
           bool SSM = false,
           int MAXM = 8,
-          bool WSM = false>
+          bool WSM = false,
+          bool PERS = false>
 __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int VEC = vec(FP8);
     constexpr int DI = MULTI && NTB == 2 ? DEPTH - 1 : DEPTH;  // 2..4 rows: two more accumulators per n-tile
@@ -121,7 +125,13 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int RT = MULTI ? MAXM : 1;  // token rows kept per warp for the block's sum
     constexpr int NH = MULTI && MAXM > 8 ? 2 : 1;  // B operands of 8 tokens each (9..16 rows: two per A)
     constexpr bool ZF = !FP8 && (ABL & kQmvSubZ) == 0;  // INT4: zero point subtracted after the multiply
-    __shared__ float red[kQmvWarps][RT][NTB * 16];
+    // PERS (persistent blocks): the grid is at most the resident blocks, and a block takes n-tile groups
+    // blockIdx.x, + gridDim.x, ...; each warp's load cursor runs on into the next group's chunks, so the
+    // weight loads stay in flight through the block's reduction and no block restarts (x staged once). Two
+    // reduction buffers: one barrier per group. Scales come with the weights (no staged table).
+    static_assert(!PERS || (!SSM && !WSM), "persistent blocks load their scales with the weights");
+    __shared__ float red[PERS ? 2 : 1][kQmvWarps][RT][NTB * 16];
+    const int nTB = (a.NT + NTB - 1) / NTB;  // n-tile groups
 
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -135,15 +145,19 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // is kept to a few adds: it competes with the dequant for issue slots.
     const uint4* wp[NTB];
     int so_lo[NTB], so_hi[NTB];  // element offsets of rows g / g + 8 within a group's scale (zero) row
+    auto set_tiles = [&](int tb) {
 #pragma unroll
-    for (int j = 0; j < NTB; ++j) {
-        const int nt = min(static_cast<int>(blockIdx.x) * NTB + j, a.NT - 1);
-        wp[j] = wb + (tile_index(nt, c0, a.NT, KC) * 32 + lane) * VEC;
-        const int rlo = min(nt * 16 + g, a.N - 1),
-                  rhi = min(nt * 16 + g + 8, a.N - 1);  // past N: never stored
-        so_lo[j] = FP8 ? rlo / a.bn * a.SG : rlo;
-        so_hi[j] = FP8 ? rhi / a.bn * a.SG : rhi;
-    }
+        for (int j = 0; j < NTB; ++j) {
+            const int nt = min(tb * NTB + j, a.NT - 1);
+            wp[j] = wb + (tile_index(nt, c0, a.NT, KC) * 32 + lane) * VEC;
+            const int rlo = min(nt * 16 + g, a.N - 1),
+                      rhi = min(nt * 16 + g + 8, a.N - 1);  // past N: never stored
+            so_lo[j] = FP8 ? rlo / a.bn * a.SG : rlo;
+            so_hi[j] = FP8 ? rhi / a.bn * a.SG : rhi;
+        }
+    };
+    set_tiles(static_cast<int>(blockIdx.x));
+    int ltb = static_cast<int>(blockIdx.x);  // PERS: the group the load cursor is in
     const int64_t wstride = static_cast<int64_t>(a.NT) * 32 * VEC;  // uint4 per chunk row
     const int gstride = FP8 ? 1 : a.NP;                             // scale elements per group step
     int lc = c0, lgrp = c0 / cpg, lrem = cpg - c0 % cpg;
@@ -162,8 +176,16 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     const ST* sbase = static_cast<const ST*>(a.scales);
     auto load = [&](int s) {
         if (lc >= c1) {
-            if constexpr (WSM) cp_async_commit();  // an empty group keeps the wait count uniform
-            return;
+            bool next = false;
+            if constexpr (PERS) {  // on into the block's next n-tile group, if any
+                ltb += static_cast<int>(gridDim.x);
+                next = ltb < nTB;
+                if (next) set_tiles(ltb), lc = c0, lgrp = c0 / cpg, lrem = cpg - c0 % cpg;
+            }
+            if (!next) {
+                if constexpr (WSM) cp_async_commit();  // an empty group keeps the wait count uniform
+                return;
+            }
         }
         const int gb = lgrp * gstride;
         const bool last = lrem == 1 || lc + 1 == c1;
@@ -217,33 +239,61 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     for (int w = 1; w < kQmvWarps; ++w) local = local && (w * KC / kQmvWarps) % cpg == 0;
     const int sg0 = local ? c0 / cpg : 0, sg1 = local ? (c1 + cpg - 1) / cpg : qmv_groups(a);
     const int st0 = local ? lane : static_cast<int>(threadIdx.x), sstep = local ? 32 : kQmvThreads;
-    bool staged = false;
+    // The vectorized table: the first SB pieces per thread are loaded here, before the programmatic-launch
+    // wait, and written to shared memory only after x's copies are issued, so the two round trips overlap
+    // (kQmvSerialStage: each piece written as it lands, then x, the order before session 12). Every 27B
+    // shape needs at most 2 pieces per thread.
+    constexpr bool XA = !MULTI && !WSM && (ABL & kQmvSerialStage) == 0;  // x by cp.async, all at once
+    constexpr int SB = XA ? 2 : 0;
+    constexpr int PPG = BW / 8;  // 8-row pieces per group row of the table
+    const int pi0 = sg0 * PPG + st0, pend = sg1 * PPG;
+    bool vstage = false;
+    uint4 sv[SB > 0 ? SB : 1];
+    uint2 zv[SB > 0 ? SB : 1];
+    auto piece_off = [&](int i) {
+        const int grp = i / PPG, pr = i - grp * PPG;
+        const int nt = min(static_cast<int>(blockIdx.x) * NTB + (pr >> 1), a.NT - 1);
+        return static_cast<int64_t>(grp) * a.NP + nt * 16 + (pr & 1) * 8;
+    };
+    auto piece_load = [&](int i, uint4& v, uint2& z) {
+        const int64_t off = piece_off(i);
+        v = __ldg(reinterpret_cast<const uint4*>(sbase + off));
+        if constexpr (ASYM) z = __ldg(reinterpret_cast<const uint2*>(a.zeros + off));
+    };
+    auto piece_store = [&](int i, const uint4& v, const uint2& z) {
+        const int grp = i / PPG, pr = i - grp * PPG;
+        float4* d = reinterpret_cast<float4*>(sst + grp * BW + pr * 8);
+        d[0] = make_float4(to_f(v.x & 0xFFFFu), to_f(v.x >> 16), to_f(v.y & 0xFFFFu), to_f(v.y >> 16));
+        d[1] = make_float4(to_f(v.z & 0xFFFFu), to_f(v.z >> 16), to_f(v.w & 0xFFFFu), to_f(v.w >> 16));
+        if constexpr (ASYM) {
+            uint4* zd = reinterpret_cast<uint4*>(zst + grp * BW + pr * 8);
+            auto zb = [](uint32_t w, int k) {
+                const uint32_t zz = (w >> (8 * k)) & 0xFFu;
+                return ZF ? __float_as_uint(128.0f + static_cast<float>(zz)) : (0x4300u + zz) * 0x10001u;
+            };
+            zd[0] = make_uint4(zb(z.x, 0), zb(z.x, 1), zb(z.x, 2), zb(z.x, 3));
+            zd[1] = make_uint4(zb(z.y, 0), zb(z.y, 1), zb(z.y, 2), zb(z.y, 3));
+        }
+    };
     if constexpr (SSM && !FP8 && SSZ == 2 && (ABL & kQmvScalarStage) == 0) {
         if ((reinterpret_cast<uintptr_t>(a.scales) & 15) == 0 &&
             (!ASYM || (reinterpret_cast<uintptr_t>(a.zeros) & 7) == 0)) {
-            constexpr int PPG = BW / 8;  // 8-row pieces per group row of the table
-            for (int i = sg0 * PPG + st0; i < sg1 * PPG; i += sstep) {
-                const int grp = i / PPG, pr = i - grp * PPG;
-                const int nt = min(static_cast<int>(blockIdx.x) * NTB + (pr >> 1), a.NT - 1);
-                const int64_t off = static_cast<int64_t>(grp) * a.NP + nt * 16 + (pr & 1) * 8;
-                const uint4 v = __ldg(reinterpret_cast<const uint4*>(sbase + off));
-                float4* d = reinterpret_cast<float4*>(sst + grp * BW + pr * 8);
-                d[0] = make_float4(to_f(v.x & 0xFFFFu), to_f(v.x >> 16), to_f(v.y & 0xFFFFu), to_f(v.y >> 16));
-                d[1] = make_float4(to_f(v.z & 0xFFFFu), to_f(v.z >> 16), to_f(v.w & 0xFFFFu), to_f(v.w >> 16));
-                if constexpr (ASYM) {
-                    const uint2 z = __ldg(reinterpret_cast<const uint2*>(a.zeros + off));
-                    uint4* zd = reinterpret_cast<uint4*>(zst + grp * BW + pr * 8);
-                    auto zb = [](uint32_t w, int k) {
-                        const uint32_t z = (w >> (8 * k)) & 0xFFu;
-                        return ZF ? __float_as_uint(128.0f + static_cast<float>(z)) : (0x4300u + z) * 0x10001u;
-                    };
-                    zd[0] = make_uint4(zb(z.x, 0), zb(z.x, 1), zb(z.x, 2), zb(z.x, 3));
-                    zd[1] = make_uint4(zb(z.y, 0), zb(z.y, 1), zb(z.y, 2), zb(z.y, 3));
+            vstage = true;
+            if constexpr (SB > 0) {
+#pragma unroll
+                for (int k = 0; k < SB; ++k)
+                    if (pi0 + k * sstep < pend) piece_load(pi0 + k * sstep, sv[k], zv[k]);
+            } else {
+                for (int i = pi0; i < pend; i += sstep) {
+                    uint4 v;
+                    uint2 z;
+                    piece_load(i, v, z);
+                    piece_store(i, v, z);
                 }
             }
-            staged = true;
         }
     }
+    bool staged = vstage;
     if constexpr (SSM) {
         for (int i = sg0 * BW + st0; !staged && i < sg1 * BW; i += sstep) {
             const int grp = i / BW, r = i - grp * BW;
@@ -268,7 +318,42 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // like the one row measured slower (H200, docs/BENCHMARKS.md session 7). ZF: each chunk's sum of those
     // BF16 values too (lanes 8i .. 8i + 7 hold one chunk's eight pieces; the warp's range is whole chunks, so
     // a chunk's lanes are all in it or all past it).
-    if constexpr (!MULTI) {
+    if constexpr (XA) {
+        // Every piece of this warp's x range in flight at once (down: 9 per lane), no registers held; the
+        // table's first pieces go to shared memory while they land, then the chunk sums from shared memory.
+        for (int p = c0 * 8 + lane; p < c1 * 8; p += 32) {
+            const bool full = p * 8 < a.ldx;
+            cp_async16z(smem_u4 + p, a.x + (full ? static_cast<int64_t>(p) * 8 : 0), full);
+        }
+        cp_async_commit();
+        if constexpr (SSM && SB > 0) {
+            if (vstage) {
+#pragma unroll
+                for (int k = 0; k < SB; ++k)
+                    if (pi0 + k * sstep < pend) piece_store(pi0 + k * sstep, sv[k], zv[k]);
+                for (int i = pi0 + SB * sstep; i < pend; i += sstep) {
+                    uint4 v;
+                    uint2 z;
+                    piece_load(i, v, z);
+                    piece_store(i, v, z);
+                }
+            }
+        }
+        cp_async_wait<0>();
+        if constexpr (ZF) {
+            for (int pb = c0 * 8; pb < c1 * 8; pb += 32) {
+                const int p = pb + lane;
+                const bool in = p < c1 * 8;
+                const uint4 v = in ? smem_u4[p] : make_uint4(0u, 0u, 0u, 0u);
+                float sum = bf16x2_sum(v.x) + bf16x2_sum(v.y) + (bf16x2_sum(v.z) + bf16x2_sum(v.w));
+                sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
+                sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
+                sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 4);
+                if (in && (lane & 7) == 0) xsum_sm[p >> 3] = sum;
+            }
+        }
+        if constexpr (!SSM) __syncwarp();
+    } else if constexpr (!MULTI) {
 #pragma unroll 4
         for (int pb = c0 * 8; pb < c1 * 8; pb += 32) {
             const int p = pb + lane;
@@ -449,7 +534,70 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         }
         sgrp += BW, zgrp += BW;
     };
+    // The block's sums of one n-tile group: each warp's partial into red[buf], then the block adds them in
+    // warp order (deterministic) and stores.
+    auto reduce_store = [&](int tb, int buf) {
+        if constexpr (MULTI) {
+#pragma unroll
+            for (int j = 0; j < NTB; ++j)
+#pragma unroll
+                for (int e = 0; e < 4 * NH; ++e) {
+                    const int tok = 8 * (e >> 2) + 2 * t + (e & 1);
+                    if (tok < a.M) red[buf][warp][tok][j * 16 + g + ((e >> 1) & 1) * 8] = acc[j][e];
+                }
+        } else if (t == 0) {
+#pragma unroll
+            for (int j = 0; j < NTB; ++j)
+                red[buf][warp][0][j * 16 + g] = acc[j][0], red[buf][warp][0][j * 16 + g + 8] = acc[j][1];
+        }
+        __syncthreads();
+        for (int i = static_cast<int>(threadIdx.x); i < a.M * NTB * 16; i += kQmvThreads) {
+            const int tok = i / (NTB * 16), col = i - tok * (NTB * 16);
+            const int n = tb * NTB * 16 + col;
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kQmvWarps; ++w) sum += red[buf][w][tok][col];
+            if (n < a.N) store_y(a, tok, n, sum);
+        }
+    };
     bool done = false;
+    if constexpr (PERS) {
+        // The general loop's group bookkeeping over the flattened chunk sequence of the block's groups; the
+        // slot index runs on across group boundaries.
+        int c = c0, rem = cpg - c0 % cpg, tb = static_cast<int>(blockIdx.x), buf = 0;
+        bool more = true;
+        while (more) {
+#pragma unroll
+            for (int s = 0; s < D; ++s) {
+                if (c < c1) {
+                    chunk(s, c, false);
+                    if (--rem == 0 || c + 1 == c1) {
+                        flush(s, true);
+                        rem = cpg;
+                    }
+                    load(s);
+                    ++c;
+                }
+                if (c >= c1) {  // the group's chunks are done (or the warp has none)
+                    const bool last = tb + static_cast<int>(gridDim.x) >= nTB;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                    if (last) asm volatile("griddepcontrol.launch_dependents;");
+#endif
+                    reduce_store(tb, buf);
+#pragma unroll
+                    for (int j = 0; j < NTB; ++j)
+#pragma unroll
+                        for (int e = 0; e < NA; ++e) acc[j][e] = 0.0f;
+                    buf ^= 1, tb += static_cast<int>(gridDim.x), c = c0, rem = cpg - c0 % cpg;
+                    if (last) {
+                        more = false;
+                        break;
+                    }
+                }
+            }
+        }
+        done = true;
+    }
     if constexpr (SSM && (ABL & ~kQmvScalarStage) == 0 && D % 2 == 0) {
         // Scale groups of two chunks and a warp range of whole groups (g128 weights, K a multiple of 1024
         // channels): the flushes fall on fixed slots, each group's first mma starts its sum, and the loop
@@ -469,7 +617,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             done = true;
         }
     }
-    if (!done) {
+    if (!PERS && !done) {
         int rem = cpg - c0 % cpg;  // chunks left in the current scale group
         for (int cb = c0; cb < c1; cb += D) {
 #pragma unroll
@@ -487,6 +635,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             }
         }
     }
+    if constexpr (PERS) return;  // every group stored above
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
@@ -499,12 +648,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 #pragma unroll
             for (int e = 0; e < 4 * NH; ++e) {
                 const int tok = 8 * (e >> 2) + 2 * t + (e & 1);
-                if (tok < a.M) red[warp][tok][j * 16 + g + ((e >> 1) & 1) * 8] = acc[j][e];
+                if (tok < a.M) red[0][warp][tok][j * 16 + g + ((e >> 1) & 1) * 8] = acc[j][e];
             }
     } else if (t == 0) {
 #pragma unroll
         for (int j = 0; j < NTB; ++j)
-            red[warp][0][j * 16 + g] = acc[j][0], red[warp][0][j * 16 + g + 8] = acc[j][1];
+            red[0][warp][0][j * 16 + g] = acc[j][0], red[0][warp][0][j * 16 + g + 8] = acc[j][1];
     }
     __syncthreads();
     for (int i = static_cast<int>(threadIdx.x); i < a.M * NTB * 16; i += kQmvThreads) {
@@ -512,7 +661,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         const int n = static_cast<int>(blockIdx.x) * NTB * 16 + col;
         float sum = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kQmvWarps; ++w) sum += red[w][tok][col];
+        for (int w = 0; w < kQmvWarps; ++w) sum += red[0][w][tok][col];
         if (n < a.N) store_y(a, tok, n, sum);
     }
 }
