@@ -184,6 +184,18 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     const bool two = a.NT >= 4 * qmm::device_sms(), wide = a.NT >= 8 * qmm::device_sms();
+    // Session 12 (x staged by cp.async, overlapped with the table): INT4 one row on weights of at least 8
+    // n-tiles per SM takes the staged two-tile blocks at four per SM (64 registers, warp-local staging; same
+    // call, us: gate_up 27.55 against 28.9 at three per SM, lm_head 163.4 against 175.8; the 2..16-row form read
+    // 28.0 / 178.4 in session 10). GRIMOIRE_QMV_WIDE4=0 keeps the 2..16-row form there (the A/B).
+    static const bool wide4 = [] {
+        const char* e = std::getenv("GRIMOIRE_QMV_WIDE4");
+        return !(e && e[0] == '0');
+    }();
+    if constexpr (!FP8) {
+        if (wide4 && wide && a.M == 1 && a.ldx % 64 == 0)
+            return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 4, false>(a, s);
+    }
     if (qmv_staged_x(a)) {
         if constexpr (!FP8) {
             if (wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, false, 8, qmm::kQmvBlockStage>(a, s);
