@@ -151,7 +151,13 @@ INSTANTIATE_TEST_SUITE_P(
                       // two-n-tile blocks (quant_qmv.cuh), with an odd n-tile count
                       Int4Case{9001, 320, 64, false, true, 1},
                       Int4Case{16900, 200, 64, false, false, 0},
-                      Int4Case{17001, 640, 128, true, true, 2}));
+                      Int4Case{17001, 640, 128, true, true, 2},
+                      // g64 / g128 over K of 1024 to 8192 channels, asymmetric and act-order, from three
+                      // n-tiles to more than the grid's slots
+                      Int4Case{2100, 1024, 64, false, false, 0},
+                      Int4Case{777, 1536, 128, true, false, 1},
+                      Int4Case{40, 8192, 128, false, true, 2},
+                      Int4Case{20000, 1024, 128, false, false, 0}));
 
 // Groups the qmm kernel does not take (not 16, 32 or a multiple of 64 channels) run every M through the
 // dequant + GEMM path: BF16-rounded weights, so the prefill tolerance applies to every M.

@@ -181,6 +181,25 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
 // 175.1, so one-row weights of at least 8 n-tiles per SM keep the block-wide staging; at 4 and 16 rows it
 // was faster on every shape. At 9..16 rows the 320-n-tile weights take the two-tile blocks at two per SM too
 // (o_proj 10.4 -> 9.5 us, down 24.0 / 24.3).
+// INT4 one row: each scale group's sum of x (the zero point's term) from one all-ones mma per k-tile, as 2..16
+// rows do, instead of chunk sums computed while staging x (quant_qmv.cuh kQmvMmaSum). Measured on the H200 in
+// one call (docs/BENCHMARKS.md, session 13; us, staged sums / mma sums, qmm.cu's blocks): gate_up 27.67 / 26.48,
+// down 16.51 / 15.78, q_gate 10.64 / 10.07, gdn_qkv 9.93 / 9.49, o_proj 7.73 / 7.39, lm_head 164.6 / 158.4: the
+// staging's sum pass (shuffles, a second read of x) sat between x landing and the first mma.
+// GRIMOIRE_QMV_MSUM=0 keeps the staged sums (the A/B).
+bool qmv_msum() {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_QMV_MSUM");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+template <bool ASYM, int SSZ, int NTB, int D, int MINB, int STAGE = 0>
+void launch_qmv_row(qmm::Args& a, cudaStream_t s) {
+    qmv_msum() ? launch_qmv_m<false, ASYM, SSZ, NTB, D, MINB, false, 8, STAGE | qmm::kQmvMmaSum>(a, s)
+               : launch_qmv_m<false, ASYM, SSZ, NTB, D, MINB, false, 8, STAGE>(a, s);
+}
+
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     const bool two = a.NT >= 4 * qmm::device_sms(), wide = a.NT >= 8 * qmm::device_sms();
@@ -193,13 +212,13 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         return !(e && e[0] == '0');
     }();
     if constexpr (!FP8) {
-        if (wide4 && wide && a.M == 1 && a.ldx % 64 == 0)
-            return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 4, false>(a, s);
+        if (wide4 && wide && a.M == 1 && a.ldx % 64 == 0) return launch_qmv_row<ASYM, SSZ, 2, 2, 4>(a, s);
     }
     if (qmv_staged_x(a)) {
         if constexpr (!FP8) {
-            if (wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, false, 8, qmm::kQmvBlockStage>(a, s);
-            if (two) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, false>(a, s);
+            if (wide) return launch_qmv_row<ASYM, SSZ, 2, 2, 3, qmm::kQmvBlockStage>(a, s);
+            if (two) return launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
+            return launch_qmv_row<ASYM, SSZ, 1, 4, 3>(a, s);
         }
         return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
     }

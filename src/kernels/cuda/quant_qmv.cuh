@@ -27,8 +27,9 @@
 //   * FP8: the dequant is quant_mma.cuh's a_fragment (exact). INT4: the A fragment is 128 + q as BF16 (one
 //     lop3 per two weights, exact) and the zero point is subtracted after the multiply, once per group and
 //     token: sum_k (q_k - z) x_k = sum_k (128 + q_k) x_k - (128 + z) sum_k x_k, with sum_k x_k the group's
-//     sum of the BF16 x the mma reads (one row: chunk sums computed while staging x; 2..16 rows: one more mma
-//     per k-tile with an all-ones A, whose C columns are the tokens' sums). That drops the per-weight BF16
+//     sum of the BF16 x the mma reads (one more mma per k-tile with an all-ones A, whose C columns are the
+//     tokens' sums; one row as qmm.cu launches it (kQmvMmaSum) too, else chunk sums computed while staging
+//     x, which session 13 measured 4-5% slower on every 27B shape). That drops the per-weight BF16
 //     subtract (4 of the 11 instructions per 8 weights; the kernel is issue-bound: docs/BENCHMARKS.md session
 //     9). The cancellation costs about 5 bits of the fp32 sum (|128 + q| against |q - z|), far inside the BF16
 //     output's 8. The group scale is applied in fp32 to each group's corrected sum.
@@ -70,6 +71,17 @@ __host__ __device__ constexpr size_t qmv_ring_bytes(int depth, int ntb, bool fp8
     return static_cast<size_t>(kQmvWarps) * depth * ntb * (fp8 ? 2 : 1) * 512;
 }
 
+// A scale's raw bits as f32: SSZ 4 (f32), else 2-byte F16 or BF16 by the runtime dtype code sdt.
+template <int SSZ>
+__device__ __forceinline__ float qmv_scale(uint32_t bits, int sdt) {
+    if constexpr (SSZ == 4)
+        return __uint_as_float(bits);
+    else {
+        if (sdt == kF16) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+        return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
+    }
+}
+
 // SSZ: bytes per scale (FP8 and F32 scales 4, F16 / BF16 2). NTB: n-tiles per block. DEPTH: chunks of INT4
 // weights in flight per warp (16 B per lane and n-tile each; FP8 chunks are twice the bytes, so it keeps half
 // as many). MINB: blocks per SM the registers must allow. MULTI: 2..16 rows, token r in column r % 8 of B
@@ -81,8 +93,11 @@ __host__ __device__ constexpr size_t qmv_ring_bytes(int depth, int ntb, bool fp8
 // zero point subtracted from every weight in BF16 before the mma, the dequant before session 10; same
 // values up to fp32 rounding) and kQmvBlockStage (the scale table staged by the whole block behind a barrier
 // even where each warp could stage its own groups) and kQmvSerialStage (one row: each table piece written as it
-// lands and x loaded through registers four pieces per lane at a time, the staging before session 12);
-// qmm.cu launches ABL = 0. SSM: the block stages its n-tiles'
+// lands and x loaded through registers four pieces per lane at a time, the staging before session 12) and
+// kQmvPf1 / kQmvPf2 (an L2 prefetch window ahead of the register slots; every window measured slower,
+// session 13), kQmvMmaSum (one row: the group's x sums from the all-ones mma, not staged; qmm.cu launches it
+// for INT4 one row, with kQmvBlockStage where noted there) and the ablation kQmvNoXsum (no x sums at all);
+// otherwise qmm.cu launches ABL = 0. SSM: the block stages its n-tiles'
 // scales (f32) and zero points for every group in shared memory once, before the programmatic-launch wait
 // (qmv_smem_ssm), so the per-chunk path loads only weights and the group flush reads its scales from shared
 // memory (qmm.cu: INT4); without it every group's scale (and every chunk's zero point) is a global load with
@@ -101,7 +116,11 @@ enum : int {
     kQmvScalarStage = 32,
     kQmvSubZ = 64,
     kQmvBlockStage = 128,
-    kQmvSerialStage = 256
+    kQmvSerialStage = 256,
+    kQmvPf1 = 512,  // L2 prefetch of a window of 4 chunks beyond the register slots (kQmvPf2: 8; both: 12)
+    kQmvPf2 = 1024,
+    kQmvNoXsum = 2048,  // ablation: one row without the chunk sums of x (wrong results)
+    kQmvMmaSum = 4096   // one row: the group's x sum from an all-ones mma per k-tile (as 2..16 rows), not staged
 };
 template <bool FP8,
           bool ASYM,
@@ -125,6 +144,9 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int RT = MULTI ? MAXM : 1;  // token rows kept per warp for the block's sum
     constexpr int NH = MULTI && MAXM > 8 ? 2 : 1;  // B operands of 8 tokens each (9..16 rows: two per A)
     constexpr bool ZF = !FP8 && (ABL & kQmvSubZ) == 0;  // INT4: zero point subtracted after the multiply
+    // ZF: the group's x sums from the all-ones mma (2..16 rows, and one row with kQmvMmaSum), else staged.
+    constexpr bool MSUM = ZF && (MULTI || (ABL & kQmvMmaSum) != 0);
+    constexpr bool XSUM = ZF && !MSUM && (ABL & kQmvNoXsum) == 0;  // one row: chunk sums staged with x
     // PERS (persistent blocks): the grid is at most the resident blocks, and a block takes n-tile groups
     // blockIdx.x, + gridDim.x, ...; each warp's load cursor runs on into the next group's chunks, so the
     // weight loads stay in flight through the block's reduction and no block restarts (x staged once). Two
@@ -139,6 +161,11 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     const int c0 = warp * KC / kQmvWarps, c1 = (warp + 1) * KC / kQmvWarps;  // this warp's chunks
     const int cpg = qmv_cpg(a);                                              // chunks per scale group
     const uint4* wb = reinterpret_cast<const uint4*>(a.words);
+    // kQmvPf1 / kQmvPf2: the PFW chunks after the D register slots are asked of L2 at the start (one bulk
+    // prefetch per n-tile and chunk, a lane each), then each load past them asks for the chunk PFW further on,
+    // so the HBM reads run up to D + PFW chunks ahead without holding registers.
+    constexpr int PFW = ((ABL & kQmvPf1) ? 4 : 0) + ((ABL & kQmvPf2) ? 8 : 0);
+    static_assert(PFW * NTB <= 32, "one prefetch per lane at the start");
     // Load cursor: the next chunk lc to load (its group lgrp, lrem chunks left in it) and the lane's weight
     // pointer per n-tile, which moves by one chunk row of tiles per load (quant/tile_layout.h: chunk-major).
     // Scale and zero offsets of the lane's rows are fixed; only the group row changes. Integer work per chunk
@@ -189,6 +216,15 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         }
         const int gb = lgrp * gstride;
         const bool last = lrem == 1 || lc + 1 == c1;
+        if constexpr (PFW > 0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            // Lane j < NTB: n-tile j of chunk lc + PFW (tiles of one chunk row are adjacent; none past NT).
+            if (lane < NTB && lc >= c0 + D && lc + PFW < c1 && ltb * NTB + lane < a.NT) {
+                const uint4* pf = wp[0] - lane * VEC + lane * 32 * VEC + PFW * wstride;
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pf), "n"(VEC * 512) : "memory");
+            }
+#endif
+        }
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
 #pragma unroll
@@ -215,14 +251,16 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     };
 #pragma unroll
     for (int s = 0; s < D; ++s) load(s);
-    auto to_f = [&](uint32_t bits) {
-        if constexpr (SSZ == 4)
-            return __uint_as_float(bits);
-        else {
-            if (a.sdt == kF16) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-            return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(bits)));
+    if constexpr (PFW > 0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        const int pc = c0 + D + lane / NTB, pn = static_cast<int>(blockIdx.x) * NTB + lane % NTB;
+        if (lane < PFW * NTB && pc < c1 && pn < a.NT) {
+            const uint4* pf = wb + tile_index(pn, pc, a.NT, KC) * 32 * VEC;
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pf), "n"(VEC * 512) : "memory");
         }
-    };
+#endif
+    }
+    auto to_f = [&](uint32_t bits) { return qmv_scale<SSZ>(bits, a.sdt); };
     // SSM: the block's scale (and zero point) table; it does not depend on the previous kernel.
     constexpr int BW = NTB * 16;  // rows per group row of the table
     float* sst = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_u4) + qmv_smem(a, !MULTI));
@@ -318,6 +356,14 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // like the one row measured slower (H200, docs/BENCHMARKS.md session 7). ZF: each chunk's sum of those
     // BF16 values too (lanes 8i .. 8i + 7 hold one chunk's eight pieces; the warp's range is whole chunks, so
     // a chunk's lanes are all in it or all past it).
+    // ZF: piece p's (x as the mma reads it) share of its chunk's sum; lanes 8i .. 8i + 7 hold one chunk.
+    auto chunk_sum = [&](const uint4& v, int p, bool in) {
+        float sum = bf16x2_sum(v.x) + bf16x2_sum(v.y) + (bf16x2_sum(v.z) + bf16x2_sum(v.w));
+        sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
+        sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
+        sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 4);
+        if (in && (lane & 7) == 0) xsum_sm[p >> 3] = sum;
+    };
     if constexpr (XA) {
         // Every piece of this warp's x range in flight at once (down: 9 per lane), no registers held; the
         // table's first pieces go to shared memory while they land, then the chunk sums from shared memory.
@@ -340,16 +386,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             }
         }
         cp_async_wait<0>();
-        if constexpr (ZF) {
+        if constexpr (XSUM) {
             for (int pb = c0 * 8; pb < c1 * 8; pb += 32) {
                 const int p = pb + lane;
                 const bool in = p < c1 * 8;
                 const uint4 v = in ? smem_u4[p] : make_uint4(0u, 0u, 0u, 0u);
-                float sum = bf16x2_sum(v.x) + bf16x2_sum(v.y) + (bf16x2_sum(v.z) + bf16x2_sum(v.w));
-                sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
-                sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
-                sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 4);
-                if (in && (lane & 7) == 0) xsum_sm[p >> 3] = sum;
+                chunk_sum(v, p, in);
             }
         }
         if constexpr (!SSM) __syncwarp();
@@ -361,12 +403,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             uint4 v = make_uint4(0u, 0u, 0u, 0u);
             if (in && p * 8 < a.ldx) v = __ldg(reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(p) * 8));
             if (in) smem_u4[p] = v;
-            if constexpr (ZF) {
-                float sum = bf16x2_sum(v.x) + bf16x2_sum(v.y) + (bf16x2_sum(v.z) + bf16x2_sum(v.w));
-                sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
-                sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
-                sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 4);
-                if (in && (lane & 7) == 0) xsum_sm[p >> 3] = sum;
+            if constexpr (XSUM) {
+                chunk_sum(v, p, in);
             }
         }
         if constexpr (!SSM) __syncwarp();
@@ -426,8 +464,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 #pragma unroll
                 for (int u = 0; u < VEC; ++u) w[j][u] = wq[s][j][u];
         }
-        if constexpr (ZF && !MULTI) {
-            const float v = xsum_sm[c];
+        if constexpr (ZF && !MSUM) {
+            const float v = (ABL & kQmvNoXsum) ? 0.0f : xsum_sm[c];
             xs[0][0] = first ? v : xs[0][0] + v;
         }
         uint32_t b0[NH][4], b1[NH][4];
@@ -448,7 +486,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 b0[h][2] = v.x, b1[h][2] = v.y, b0[h][3] = v.z, b1[h][3] = v.w;
             }
         }
-        if constexpr (ZF && MULTI) {  // the tokens' sums of x over this chunk, into the group's
+        if constexpr (MSUM) {  // the tokens' sums of x over this chunk, into the group's
             constexpr uint32_t kOnes = 0x3F803F80u;  // BF16x2 of 1.0
 #pragma unroll
             for (int h = 0; h < NH; ++h)
@@ -535,7 +573,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         sgrp += BW, zgrp += BW;
     };
     // The block's sums of one n-tile group: each warp's partial into red[buf], then the block adds them in
-    // warp order (deterministic) and stores.
+    // warp order (deterministic) and stores. C[row][token]: lane (g, t) holds rows g, g + 8 of tokens 8h + 2t,
+    // 8h + 2t + 1 in acc[4h..4h + 3] (one row: every column is token 0).
     auto reduce_store = [&](int tb, int buf) {
         if constexpr (MULTI) {
 #pragma unroll
@@ -598,7 +637,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         }
         done = true;
     }
-    if constexpr (SSM && (ABL & ~kQmvScalarStage) == 0 && D % 2 == 0) {
+    if constexpr (SSM && (ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum)) == 0 && D % 2 == 0) {
         // Scale groups of two chunks and a warp range of whole groups (g128 weights, K a multiple of 1024
         // channels): the flushes fall on fixed slots, each group's first mma starts its sum, and the loop
         // keeps no group counter (the general loop below spent ~20 instructions per chunk on that
@@ -635,34 +674,11 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             }
         }
     }
-    if constexpr (PERS) return;  // every group stored above
+    if constexpr (!PERS) {  // persistent blocks stored every group in the loop
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
+        asm volatile("griddepcontrol.launch_dependents;");
 #endif
-
-    // C[row][token]: lane (g, t) holds rows g, g + 8 of tokens 8h + 2t, 8h + 2t + 1 in acc[4h..4h + 3] (one
-    // row: every column is token 0).
-    if constexpr (MULTI) {
-#pragma unroll
-        for (int j = 0; j < NTB; ++j)
-#pragma unroll
-            for (int e = 0; e < 4 * NH; ++e) {
-                const int tok = 8 * (e >> 2) + 2 * t + (e & 1);
-                if (tok < a.M) red[0][warp][tok][j * 16 + g + ((e >> 1) & 1) * 8] = acc[j][e];
-            }
-    } else if (t == 0) {
-#pragma unroll
-        for (int j = 0; j < NTB; ++j)
-            red[0][warp][0][j * 16 + g] = acc[j][0], red[0][warp][0][j * 16 + g + 8] = acc[j][1];
-    }
-    __syncthreads();
-    for (int i = static_cast<int>(threadIdx.x); i < a.M * NTB * 16; i += kQmvThreads) {
-        const int tok = i / (NTB * 16), col = i - tok * (NTB * 16);
-        const int n = static_cast<int>(blockIdx.x) * NTB * 16 + col;
-        float sum = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kQmvWarps; ++w) sum += red[0][w][tok][col];
-        if (n < a.N) store_y(a, tok, n, sum);
+        reduce_store(static_cast<int>(blockIdx.x), 0);
     }
 }
 
