@@ -22,10 +22,10 @@
 // Per chunk the work is quant_qmv.cuh's one-row ZF path: the weights (16 bytes per lane, the tile layout of
 // quant/tile_layout.h) straight to registers D chunks ahead, issued before the programmatic-launch wait; A
 // fragments 128 + q (one lop3 per two weights); B fragments x from shared memory in all eight columns; the
-// zero point subtracted once per group, sum_k (q_k - z) x_k = sum_k (128 + q_k) x_k - (128 + z) sum_k x_k, with
-// the chunk sums of the BF16 x computed while staging; the group scale applied in fp32. A warp's range may
-// start or end inside an n-tile but always on a group boundary (units are whole groups), so every flush sees
-// whole groups.
+// zero point subtracted once per group, sum_k (q_k - z) x_k = sum_k (128 + q_k) x_k - (128 + z) sum_k x_k,
+// with the chunk sums of the BF16 x computed while staging; the group scale applied in fp32. A warp's range
+// may start or end inside an n-tile but always on a group boundary (units are whole groups), so every flush
+// sees whole groups.
 #pragma once
 
 #include "kernels/cuda/quant_qmv.cuh"
@@ -80,7 +80,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_sk_kernel(const Args a)
     set_rows();
     constexpr int SR = SSZ == 4 ? 2 : 1;  // registers per group's two scales
     uint4 wq[D];
-    uint32_t sr[DU][SR], zr[ASYM ? DU : 1];  // the group's raw scale bits (and zero points), with its last chunk
+    uint32_t sr[DU][SR],
+        zr[ASYM ? DU : 1];  // the group's raw scale bits (and zero points), with its last chunk
     // Slot s's chunk of unit `base` + s / CPG (base: the unit of slot 0 in this pass), if the range has it.
     auto load = [&](int s, int base) {
         if (base + s / CPG >= u1) return;
@@ -111,7 +112,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_sk_kernel(const Args a)
     // x: the chunks this block's warps read (a circular range of K when the block's units lie in one n-tile
     // or span two, else all of K), by cp.async, zeros past ldx; then each chunk's sum of the BF16 values the
     // mma reads (a thread sums the pieces it copied: lanes 8i .. 8i + 7 hold one chunk).
-    float* xsum_sm = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_u4) + static_cast<size_t>(KC) * 128);
+    float* xsum_sm =
+        reinterpret_cast<float*>(reinterpret_cast<char*>(smem_u4) + static_cast<size_t>(KC) * 128);
     {
         const int b0 = qmv_sk_start(static_cast<int>(blockIdx.x) * kQmvWarps, units, nw);
         const int b1 = qmv_sk_start(static_cast<int>(blockIdx.x + 1) * kQmvWarps, units, nw);
@@ -164,10 +166,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_sk_kernel(const Args a)
         if (!__shfl_sync(0xFFFFFFFFu, last, 0)) return;
         __threadfence();
         if (lane < 16) {
-            const int s0 = qmv_sk_start(wf, units, nw) < nt * GK ? 1 : 0;  // warp wf: its last n-tile or first
+            const int s0 =
+                qmv_sk_start(wf, units, nw) < nt * GK ? 1 : 0;  // warp wf: its last n-tile or first
             float sum = __ldcg(a.partials + (static_cast<int64_t>(wf) * 2 + s0) * 16 + lane);
 #pragma unroll 4
-            for (int v = wf + 1; v <= wl; ++v) sum += __ldcg(a.partials + static_cast<int64_t>(v) * 32 + lane);
+            for (int v = wf + 1; v <= wl; ++v)
+                sum += __ldcg(a.partials + static_cast<int64_t>(v) * 32 + lane);
             const int n = nt * 16 + lane;
             if (n < a.N) store_y(a, 0, n, sum);
         }
@@ -176,7 +180,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_sk_kernel(const Args a)
 
     const uint4* xl = smem_u4 + t * 2;  // the lane's 16 channels of chunk 0 (chunk-permuted weights)
     int cnt = u0 / GK, cgk = u0 - (u0 / GK) * GK;  // compute cursor
-    bool seg_first = true, seg_whole = cgk == 0;   // the current n-tile's segment: first of the range, from group 0
+    bool seg_first = true,
+         seg_whole = cgk == 0;  // the current n-tile's segment: first of the range, from group 0
     float acc0 = 0.0f, acc1 = 0.0f, cur[4] = {0.0f, 0.0f, 0.0f, 0.0f}, xs = 0.0f;
     for (int ub = u0; ub < u1; ub += DU) {
 #pragma unroll
@@ -202,7 +207,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_sk_kernel(const Args a)
                 const int k = s / CPG;
                 float zl = 136.0f, zh = 136.0f;  // 128 + z, symmetric z = 8
                 if constexpr (ASYM) {
-                    zl = 128.0f + static_cast<float>(zr[k] & 0xFFu), zh = 128.0f + static_cast<float>(zr[k] >> 8);
+                    zl = 128.0f + static_cast<float>(zr[k] & 0xFFu),
+                    zh = 128.0f + static_cast<float>(zr[k] >> 8);
                 }
                 const float sl = to_f(SSZ == 4 ? sr[k][0] : sr[k][0] & 0xFFFFu);
                 const float sh = to_f(SSZ == 4 ? sr[k][SR - 1] : sr[k][0] >> 16);
@@ -218,8 +224,10 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_sk_kernel(const Args a)
                     emit(cnt, seg_whole && tile_end, seg_first ? 0 : 1, acc0, acc1);
                     acc0 = acc1 = 0.0f, seg_first = false, seg_whole = true;
                 }
-                if (tile_end) cgk = 0, ++cnt;
-                else ++cgk;
+                if (tile_end)
+                    cgk = 0, ++cnt;
+                else
+                    ++cgk;
             }
             load(s, ub + DU);
         }
