@@ -166,21 +166,6 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     launch_ex(kernel, a, blocks, qmm::kQmvThreads, smem, device_is_hopper(), s);
 }
 
-// One block per NTB n-tiles over all of K: NTB = 2 when the weight has at least 4 n-tiles per SM, else 1, but
-// INT4 one row two tiles at depth 2 (the fixed-group loop of quant_qmv.cuh needs an even depth; session 9:
-// gate_up 27.4 us, 28.8 at depth 3; lm_head 166 / 170), and
-// FP8 one row always 1 (session 9: gate_up 48.4 / 49.8 us, lm_head 297.5 / 302.3 with one / two; the
-// two-tile FP8 one-row kernel also spills at 64 registers). Session 8, INT4 one row: two-tile blocks took q_gate (768 n-tiles) 13.3 -> 12.2 us while down and
-// o_proj (320) were 17-20% slower with them. Session 9, staged scales and fragment-ordered x, the same
-// split at one, four and eight rows (four rows: gate_up 34.7 -> 31.1 us with two tiles, down 25.5 -> 17.2
-// with one); FP8 at four and eight rows the same (eight rows: q_gate 23.2 -> 19.1 us with two tiles, down
-// 38.8 -> 35.1 with one), at sixteen one tile on every shape (two: 1-27% slower).
-//
-// Session 10 (quant_qmv.cuh's warp-local scale staging, same call): it took one row's down 18.8 -> 17.0 us,
-// q_gate 12.5 -> 10.8, gdn_qkv 10.9 -> 10.1, o_proj 8.8 -> 7.8, but gate_up 28.3 -> 29.0 and lm_head 164.6 ->
-// 175.1, so one-row weights of at least 8 n-tiles per SM keep the block-wide staging; at 4 and 16 rows it
-// was faster on every shape. At 9..16 rows the 320-n-tile weights take the two-tile blocks at two per SM too
-// (o_proj 10.4 -> 9.5 us, down 24.0 / 24.3).
 // INT4 one row: each scale group's sum of x (the zero point's term) from one all-ones mma per k-tile, as 2..16
 // rows do, instead of chunk sums computed while staging x (quant_qmv.cuh kQmvMmaSum). Measured on the H200 in
 // one call (docs/BENCHMARKS.md, session 13; us, staged sums / mma sums, qmm.cu's blocks): gate_up 27.67 / 26.48,
@@ -200,6 +185,21 @@ void launch_qmv_row(qmm::Args& a, cudaStream_t s) {
                : launch_qmv_m<false, ASYM, SSZ, NTB, D, MINB, false, 8, STAGE>(a, s);
 }
 
+// One block per NTB n-tiles over all of K: NTB = 2 when the weight has at least 4 n-tiles per SM, else 1, but
+// INT4 one row two tiles at depth 2 (the fixed-group loop of quant_qmv.cuh needs an even depth; session 9:
+// gate_up 27.4 us, 28.8 at depth 3; lm_head 166 / 170), and
+// FP8 one row always 1 (session 9: gate_up 48.4 / 49.8 us, lm_head 297.5 / 302.3 with one / two; the
+// two-tile FP8 one-row kernel also spills at 64 registers). Session 8, INT4 one row: two-tile blocks took q_gate (768 n-tiles) 13.3 -> 12.2 us while down and
+// o_proj (320) were 17-20% slower with them. Session 9, staged scales and fragment-ordered x, the same
+// split at one, four and eight rows (four rows: gate_up 34.7 -> 31.1 us with two tiles, down 25.5 -> 17.2
+// with one); FP8 at four and eight rows the same (eight rows: q_gate 23.2 -> 19.1 us with two tiles, down
+// 38.8 -> 35.1 with one), at sixteen one tile on every shape (two: 1-27% slower).
+//
+// Session 10 (quant_qmv.cuh's warp-local scale staging, same call): it took one row's down 18.8 -> 17.0 us,
+// q_gate 12.5 -> 10.8, gdn_qkv 10.9 -> 10.1, o_proj 8.8 -> 7.8, but gate_up 28.3 -> 29.0 and lm_head 164.6 ->
+// 175.1, so one-row weights of at least 8 n-tiles per SM keep the block-wide staging; at 4 and 16 rows it
+// was faster on every shape. At 9..16 rows the 320-n-tile weights take the two-tile blocks at two per SM too
+// (o_proj 10.4 -> 9.5 us, down 24.0 / 24.3).
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     const bool two = a.NT >= 4 * qmm::device_sms(), wide = a.NT >= 8 * qmm::device_sms();

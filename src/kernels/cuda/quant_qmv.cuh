@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // like the one row measured slower (H200, docs/BENCHMARKS.md session 7). ZF: each chunk's sum of those
     // BF16 values too (lanes 8i .. 8i + 7 hold one chunk's eight pieces; the warp's range is whole chunks, so
     // a chunk's lanes are all in it or all past it).
-    // ZF: piece p's (x as the mma reads it) share of its chunk's sum; lanes 8i .. 8i + 7 hold one chunk.
+    // XSUM: piece p's (x as the mma reads it) share of its chunk's sum; lanes 8i .. 8i + 7 hold one chunk.
     auto chunk_sum = [&](const uint4& v, int p, bool in) {
         float sum = bf16x2_sum(v.x) + bf16x2_sum(v.y) + (bf16x2_sum(v.z) + bf16x2_sum(v.w));
         sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
