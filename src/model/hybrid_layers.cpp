@@ -137,10 +137,23 @@ GdnWeights load_gdn(WeightLoader& wl, const std::string& prefix, const GdnConfig
 void gdn_forward(Backend& be, const GdnWeights& w, const GdnConfig& c, const Tensor& x, LayerState& st, Tensor& out) {
     const int64_t T = x.rows();
     const DType act = be.act_dtype();
+    Tensor normed = be.scratch(act, {T, c.value_size()});
+    // The b | a projection (2 Hv outputs) as its own unit with a plain weight: the backend may fold it into
+    // the recurrence (gdn_core_ba) instead of running it as a separate GEMV.
+    const size_t nu = w.in.n_units();
+    if (nu >= 2 && w.in.unit_first(nu - 1) == 2 && w.in.unit_count(nu - 1) == 2) {
+        const Tensor* ba = w.in.unit(nu - 1).plain_weight();
+        if (ba && be.fuses_gdn_ba(T, *ba)) {
+            std::vector<Tensor> in = w.in.forward(be, x, nu - 1);  // mixed, z
+            be.gdn_core_ba(in[0], w.conv, st.conv_state, x, *ba, w.A_log, w.dt_bias, st.recurrent_state, in[1],
+                           w.norm, c.norm_eps, c.n_k_heads, normed);
+            w.out->forward(be, normed, out);
+            return;
+        }
+    }
     std::vector<Tensor> in = w.in.forward(be, x);
     Tensor &mixed = in[0], &z = in[1], &b = in[2], &a = in[3];
     // conv + SiLU, the q | k | v split, the recurrence and the gated RMSNorm per value head (over dv).
-    Tensor normed = be.scratch(act, {T, c.value_size()});
     be.gdn_core(mixed, w.conv, st.conv_state, a, b, w.A_log, w.dt_bias, st.recurrent_state, z, w.norm, c.norm_eps,
                 c.n_k_heads, normed);
     w.out->forward(be, normed, out);

@@ -134,11 +134,12 @@ ProjGroup::ProjGroup(std::vector<std::unique_ptr<Linear>> parts) {
     }
 }
 
-std::vector<Tensor> ProjGroup::forward(Backend& be, const Tensor& x) const {
+std::vector<Tensor> ProjGroup::forward(Backend& be, const Tensor& x, size_t n_units) const {
     const int64_t T = x.rows();
     const DType act = be.act_dtype();
     std::vector<Tensor> outs;
-    for (const Unit& u : units_) {
+    for (size_t ui = 0; ui < units_.size() && ui < n_units; ++ui) {
+        const Unit& u = units_[ui];
         if (u.count == 1) {
             outs.push_back(be.scratch(act, {T, widths_[u.first]}));
             u.lin->forward(be, x, outs.back());

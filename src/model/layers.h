@@ -88,11 +88,14 @@ class ProjGroup {
     ProjGroup(const Backend& be, Tensor stacked, std::vector<int64_t> widths);
     // One unit per part.
     explicit ProjGroup(std::vector<std::unique_ptr<Linear>> parts);
-    std::vector<Tensor> forward(Backend& be, const Tensor& x) const;
+    // The parts of units [0, n_units) (all by default), in order.
+    std::vector<Tensor> forward(Backend& be, const Tensor& x, size_t n_units = SIZE_MAX) const;
     int64_t width(size_t i) const { return widths_[i]; }
     bool is_stacked() const { return units_.size() < widths_.size(); }
     size_t n_units() const { return units_.size(); }  // matmuls one forward launches
     const Linear& unit(size_t u) const { return *units_[u].lin; }
+    size_t unit_first(size_t u) const { return units_[u].first; }  // the unit's first part
+    size_t unit_count(size_t u) const { return units_[u].count; }
 
   private:
     struct Unit {

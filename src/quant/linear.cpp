@@ -67,6 +67,7 @@ class DenseLinear final : public Linear {
 
     std::string format() const override { return std::string(dtype_name(w_.dtype)); }
     size_t weight_bytes() const override { return w_.nbytes() + (bias_.data ? bias_.nbytes() : 0); }
+    const Tensor* plain_weight() const override { return bias_.data ? nullptr : &w_; }
 
   private:
     const Backend* be_;

@@ -38,6 +38,9 @@ public:
     // the columns out (cheap for the few rows of a verify step); plain weights and the prefill path of the
     // quantized ones run one matmul per row range of W instead (no [T, out] scratch for long prompts).
     virtual void forward_split(Backend& be, const Tensor& x, std::span<Tensor> ys) const;
+    // The [out, in] weight when it is stored plain on the backend with no bias, else null: lets a backend fold
+    // a small projection into a fused op (Backend::gdn_core_ba); the math stays the format's own.
+    virtual const Tensor* plain_weight() const { return nullptr; }
 };
 
 // Builds the Linear stored at `prefix` ("model.layers.0.mlp.down_proj"): `prefix.weight` (+ `.bias`) or the

@@ -204,5 +204,61 @@ TEST(CudaFused, GdnCorePromptThenDecode) {
     }
 }
 
+
+// gdn_core_ba (b | a folded into the recurrence kernel) against the projection run as its own GEMVs followed
+// by gdn_core, both on the CUDA backend with their own states. b and a are rounded to BF16 on both sides but
+// summed in another order, so an element can differ by one BF16 step (2^-8) before the decay's exp: the
+// outputs are held to the BF16 tolerance of this file, the states to 1e-3. Verify-sized steps call
+// gdn_core_ba directly (the model folds only one-token steps, CudaBackend::fuses_gdn_ba).
+void gdn_core_ba_case(int64_t H, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, std::initializer_list<int64_t> steps) {
+    CudaBackend gpu(0, DType::BF16);
+    const int64_t C = 2 * Hk * dk + Hv * dv, K = 4;
+    const float eps = 1e-6f;
+    const auto cw = rand_bf16(static_cast<size_t>(C * K), 90);
+    const auto A = rand_bf16(static_cast<size_t>(Hv), 91, -1, 1), dtb = rand_bf16(static_cast<size_t>(Hv), 92, -1, 1);
+    const auto nw = rand_bf16(static_cast<size_t>(dv), 93, 0.5f, 1.5f);
+    const auto ba = rand_bf16(static_cast<size_t>(2 * Hv * H), 94, -0.05f, 0.05f);
+    Tensor cwg = put(gpu, cw, DType::F32, {C, K}), Ag = put(gpu, A, DType::F32, {Hv}), dg = put(gpu, dtb, DType::F32, {Hv});
+    Tensor ng = put(gpu, nw, DType::F32, {dv}), bag = put(gpu, ba, DType::BF16, {2 * Hv, H});
+    Tensor cs[2], st[2];
+    for (int i = 0; i < 2; ++i) {
+        cs[i] = gpu.alloc_persistent(DType::BF16, {K - 1, C});
+        st[i] = gpu.alloc_persistent(DType::F32, {Hv, dk, dv});
+        gpu.zero(cs[i]);
+        gpu.zero(st[i]);
+    }
+    uint32_t seed = 100;
+    for (int64_t T : steps) {
+        if (T == 1) ASSERT_TRUE(gpu.fuses_gdn_ba(T, bag));  // the backend folds one token; the kernel takes 1..8
+        auto mk = [&](int64_t n, float lo, float hi) { return rand_bf16(static_cast<size_t>(n), seed++, lo, hi); };
+        const auto mixed = mk(T * C, -2, 2), z = mk(T * Hv * dv, -4, 4), x = mk(T * H, -3, 3);
+        Tensor mg = put(gpu, mixed, DType::BF16, {T, C}), zg = put(gpu, z, DType::BF16, {T, Hv * dv});
+        Tensor xg = put(gpu, x, DType::BF16, {T, H});
+        Tensor bt = gpu.scratch(DType::BF16, {T, Hv}), at = gpu.scratch(DType::BF16, {T, Hv});
+        gpu.matmul(xg, bag.row_slice(0, Hv), bt);
+        gpu.matmul(xg, bag.row_slice(Hv, Hv), at);
+        Tensor o_ref = gpu.scratch(DType::BF16, {T, Hv * dv}), o = gpu.scratch(DType::BF16, {T, Hv * dv});
+        gpu.gdn_core(mg, cwg, cs[0], at, bt, Ag, dg, st[0], zg, ng, eps, Hk, o_ref);
+        gpu.gdn_core_ba(mg, cwg, cs[1], xg, bag, Ag, dg, st[1], zg, ng, eps, Hk, o);
+        const std::string what = "gdn_core_ba H=" + std::to_string(H) + " Hv=" + std::to_string(Hv) + " T=" +
+                                 std::to_string(T);
+        expect_close(get(gpu, o), get(gpu, o_ref), 1e-2, 2e-2, what);
+        expect_close(get(gpu, st[1]), get(gpu, st[0]), 1e-3, 1e-2, what + " state");
+        expect_close(get(gpu, cs[1]), get(gpu, cs[0]), 0, 0, what + " conv state");
+    }
+}
+
+TEST(CudaFused, GdnCoreBaMatchesProjectionThenCore) {
+    GRIMOIRE_REQUIRE_GPU();
+    {
+        CudaBackend probe(0, DType::BF16);
+        Tensor w = probe.alloc_persistent(DType::BF16, {12, 64});
+        if (!probe.fuses_gdn_ba(1, w)) GTEST_SKIP() << "the folded b | a needs the Hopper split kernel";
+    }
+    gdn_core_ba_case(5120, 16, 48, 128, 128, {1, 1, 4, 1, 8});  // the 27B layer
+    gdn_core_ba_case(1032, 2, 6, 128, 128, {1, 3, 1});          // a partial last pass over H
+    gdn_core_ba_case(40, 1, 3, 32, 40, {1, 2});                  // fewer vectors than threads, dv < 128
+}
+
 }  // namespace
 }  // namespace grimoire

@@ -731,6 +731,37 @@ void CudaBackend::gdn_core(const Tensor& mixed, const Tensor& conv_w, Tensor& co
                    });
 }
 
+// One-token decode steps on Hopper: the b | a GEMV folded into the recurrence kernel (GRIMOIRE_GDN_BA=0: the
+// separate GEMV, for A/B runs). The kernel takes up to 8 tokens, but a 4-token verify step measured 2% slower
+// with it (the block's 8 dot products of 5120 then sit in front of the recurrence) while one token gained
+// 0.5% of the 27B step (docs/BENCHMARKS.md, session 14), so verify steps keep the GEMV.
+bool CudaBackend::fuses_gdn_ba(int64_t T, const Tensor& ba_w) const {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_GDN_BA");
+        return !(e && e[0] == '0');
+    }();
+    return on && T == 1 && fused_enabled() && act_ == DType::BF16 && ba_w.dtype == DType::BF16 && ba_w.ndim == 2 &&
+           ba_w.device == Device::CUDA && cuda::gdn_step_ba_ok(T, 0, ba_w);
+}
+
+void CudaBackend::gdn_core_ba(const Tensor& mixed, const Tensor& conv_w, Tensor& conv_state, const Tensor& x,
+                              const Tensor& ba_w, const Tensor& A_log, const Tensor& dt_bias, Tensor& state,
+                              const Tensor& z, const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out) {
+    if (state.ndim != 3) throw Error("cuda gdn_core_ba: state must be [Hv, dk, dv]");
+    const int64_t T = mixed.rows();
+    if (!cuda::gdn_step_ba_ok(T, state.dim(2), ba_w) || x.rows() != T || x.cols() != ba_w.dim(1) ||
+        ba_w.dim(0) != 2 * state.dim(0))
+        throw Error("cuda gdn_core_ba: x [T, H] and ba_w [2 Hv, H] BF16 for T <= 8 tokens on Hopper");
+    Tensor conv = scratch(act_, {T, mixed.cols()});
+    conv1d_silu(mixed, conv_w, conv_state, conv);
+    Tensor st = state, o = out;
+    rec("gdn_core", cuda::KeyHasher().add(OP_GDN_CORE).add(conv).add(x).add(ba_w).add(A_log).add(dt_bias).add(st)
+                        .add(z).add(norm_w).addf(eps).add(static_cast<uint64_t>(n_k_heads)).add(o).h,
+        [=](cudaStream_t s) mutable {
+            cuda::gdn_step_fused_ba(conv, x, ba_w, A_log, dt_bias, st, z, norm_w, eps, n_k_heads, o, s);
+        });
+}
+
 std::unique_ptr<Backend> make_cuda_backend(std::string* why) {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);

@@ -10,9 +10,10 @@
 namespace grimoire::cuda {
 
 namespace {
-// Distinct steps (or prompt segments, see CudaBackend::matmul) kept instantiated: decode + a few prompt lengths.
+// Distinct steps (or prompt segments, see CudaBackend::matmul) kept instantiated: decode + a few prompt
+// lengths.
 constexpr size_t kMaxGraphs = 256;
-}
+}  // namespace
 
 KeyHasher& KeyHasher::addf(float f) {
     uint32_t u;
@@ -26,8 +27,35 @@ KeyHasher& KeyHasher::add(const Tensor& t) {
     return *this;
 }
 
-StepGraph::StepGraph(cudaStream_t stream) : stream_(stream) {
+namespace {
+std::set<std::string> tag_list(const char* env) {
+    std::set<std::string> out;
+    const char* v = std::getenv(env);
+    if (!v) return out;
+    std::string s(v);
+    for (size_t a = 0; a <= s.size();) {
+        const size_t b = std::min(s.find(',', a), s.size());
+        if (b > a) out.insert(s.substr(a, b - a));
+        a = b + 1;
+    }
+    return out;
+}
+}  // namespace
+
+StepGraph::StepGraph(cudaStream_t stream)
+    : stream_(stream), skip_(tag_list("GRIMOIRE_SKIP_OPS")), keep_(tag_list("GRIMOIRE_KEEP_OPS")) {
     if (const char* e = std::getenv("GRIMOIRE_PROFILE_OPS"); e && std::strcmp(e, "1") == 0) profiling_ = true;
+    if (!skip_.empty() || !keep_.empty())
+        std::fprintf(stderr,
+                     "grimoire: GRIMOIRE_SKIP_OPS / GRIMOIRE_KEEP_OPS set: ops are dropped, results are "
+                     "wrong (a benchmark ablation)\n");
+}
+
+bool StepGraph::dropped(const char* tag) const {
+    if (skip_.empty() && keep_.empty()) return false;
+    const char* sp = std::strchr(tag, ' ');
+    const std::string t = sp ? std::string(tag, static_cast<size_t>(sp - tag)) : std::string(tag);
+    return skip_.count(t) > 0 || (!keep_.empty() && keep_.count(t) == 0);
 }
 
 StepGraph::~StepGraph() {
@@ -47,6 +75,7 @@ void StepGraph::set_enabled(bool on) {
 
 void StepGraph::record(uint64_t key, Fn fn, const char* tag) {
     ++epoch_;
+    if (dropped(tag)) return;
     if (profiling_) tags_.push_back(tag);
     if (!enabled_ && !profiling_) {
         fn(stream_);
@@ -94,8 +123,8 @@ std::string StepGraph::profile_report() {
     std::snprintf(line, sizeof line, "%-48s %6s %10s %10s\n", "op", "calls", "total ms", "ms/call");
     out += line;
     for (const auto& [t, a] : v) {
-        std::snprintf(line, sizeof line, "%-48s %6lld %10.3f %10.4f\n", t.c_str(), static_cast<long long>(a.calls),
-                      a.ms, a.ms / static_cast<double>(a.calls));
+        std::snprintf(line, sizeof line, "%-48s %6lld %10.3f %10.4f\n", t.c_str(),
+                      static_cast<long long>(a.calls), a.ms, a.ms / static_cast<double>(a.calls));
         out += line;
     }
     std::snprintf(line, sizeof line, "%-48s %6s %10.3f\n", "sum", "", total);
@@ -137,8 +166,7 @@ void StepGraph::flush() {
             ok = false;
         }
         const cudaError_t ec = cudaStreamEndCapture(stream_, &graph);
-        if (ok && ec == cudaSuccess && graph &&
-            cudaGraphInstantiate(&en.exec, graph, 0) == cudaSuccess) {
+        if (ok && ec == cudaSuccess && graph && cudaGraphInstantiate(&en.exec, graph, 0) == cudaSuccess) {
             ++stats_.captures;
             cudaGraphDestroy(graph);
             GRIMOIRE_CUDA_CHECK(cudaGraphLaunch(en.exec, stream_));

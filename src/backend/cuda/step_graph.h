@@ -35,7 +35,7 @@ struct KeyHasher {
 };
 
 class StepGraph {
-public:
+  public:
     using Fn = std::function<void(cudaStream_t)>;
     explicit StepGraph(cudaStream_t stream);
     ~StepGraph();
@@ -46,16 +46,16 @@ public:
     void set_enabled(bool on);
     bool pending() const { return !ops_.empty(); }
     size_t pending_ops() const { return ops_.size(); }
-    // With graphs disabled the op runs immediately; otherwise it is recorded until flush(). `tag` names the op
-    // in the profile (a string that outlives the step: a literal or intern()).
+    // With graphs disabled the op runs immediately; otherwise it is recorded until flush(). `tag` names the
+    // op in the profile (a string that outlives the step: a literal or intern()).
     void record(uint64_t key, Fn fn, const char* tag = "op");
     void record(const char* tag, uint64_t key, Fn fn) { record(key, std::move(fn), tag); }
     void flush();
     void clear_cache();
     // For ops that extend their last recorded launch (CudaBackend::zero joins consecutive fills): whether
-    // records wait for flush() (graphs on or profiling), a count of record() and flush() calls that never goes
-    // back (unchanged since an op's record: that launch is still the last one and has not run), and amend()
-    // mixing the extension's key into the step's key.
+    // records wait for flush() (graphs on or profiling), a count of record() and flush() calls that never
+    // goes back (unchanged since an op's record: that launch is still the last one and has not run), and
+    // amend() mixing the extension's key into the step's key.
     bool deferred() const { return enabled_ || profiling_; }
     uint64_t epoch() const { return epoch_; }
     void amend(uint64_t key) { hash_.add(key); }
@@ -66,8 +66,8 @@ public:
     const Stats& stats() const { return stats_; }
 
     // Per-op device time, for attributing a step (GRIMOIRE_PROFILE_OPS=1 or set_profiling): every flushed
-    // step then runs directly (no graph) with an event between consecutive ops, and the time from one event to
-    // the next is charged to the op's tag. The GPU must not wait for the host for the figures to be device
+    // step then runs directly (no graph) with an event between consecutive ops, and the time from one event
+    // to the next is charged to the op's tag. The GPU must not wait for the host for the figures to be device
     // times: launches are queued faster than the kernels run for the large ops this is for.
     void set_profiling(bool on);
     bool profiling() const { return profiling_; }
@@ -75,7 +75,13 @@ public:
     // "tag: calls, total ms, ms per call" by total time, then clears the accumulated figures.
     std::string profile_report();
 
-private:
+    // Benchmark-only ablation (wrong results, right timing of what is left): GRIMOIRE_SKIP_OPS=tag,tag drops
+    // every op whose tag (up to its first space) is listed; GRIMOIRE_KEEP_OPS=tag,tag drops every other op.
+    // Read once at construction; attributes a replayed graph step's time to op classes, which per-op events
+    // (direct launches, no PDL overlap) cannot.
+    bool dropped(const char* tag) const;
+
+  private:
     struct Entry {
         int seen = 0;
         cudaGraphExec_t exec = nullptr;
@@ -100,6 +106,7 @@ private:
         double ms = 0;
     };
     std::map<std::string, Acc> prof_;
+    std::set<std::string> skip_, keep_;
 };
 
 }  // namespace grimoire::cuda

@@ -46,8 +46,10 @@ struct StepArgs {
     const void* w;        // [dv]
     float* state;         // [Hv, dk, dv]
     void* out;            // [T, Hv * dv]
+    const void* x;        // null, or [T, H] BF16: a, b = x ba^T computed in the kernel (gdn_step_fused_ba)
+    const void* ba;       // [2 Hv, H] BF16: b's rows, then a's
     int cdt, adt, bdt, Adt, ddt, zdt, wdt, odt;
-    int64_t T, C, Hk, Hv, dk, dv;
+    int64_t T, C, Hk, Hv, dk, dv, H;
     float eps;
 };
 }  // namespace
@@ -111,7 +113,7 @@ struct TileSmem {
 // key head kh, v and z of value head h's columns c0 .. c0 + NC - 1, a and b.
 template <int NC>
 __device__ __forceinline__ void load_tile(const StepArgs& p, TileSmem<NC>& m, int64_t t0, int nt, int64_t h,
-                                          int64_t kh, int64_t c0) {
+                                          int64_t kh, int64_t c0, const float* ab = nullptr) {
     const int tid = static_cast<int>(threadIdx.x);
     const int64_t key = p.Hk * p.dk;
     for (int i = tid; i < nt * 2 * kMaxDk; i += blockDim.x) {
@@ -128,8 +130,59 @@ __device__ __forceinline__ void load_tile(const StepArgs& p, TileSmem<NC>& m, in
         m.zs[t][c] = ok ? ld(p.z, p.zdt, ((t0 + t) * p.Hv + h) * p.dv + c0 + c) : 0.0f;
     }
     if (tid < nt) {
-        m.av[tid] = ld(p.a, p.adt, (t0 + tid) * p.Hv + h);
-        m.bv[tid] = ld(p.b, p.bdt, (t0 + tid) * p.Hv + h);
+        if (ab) {  // computed by this same thread (gdn_step_split_kernel): no barrier needed
+            m.av[tid] = ab[kTile + t0 + tid];
+            m.bv[tid] = ab[t0 + tid];
+        } else {
+            m.av[tid] = ld(p.a, p.adt, (t0 + tid) * p.Hv + h);
+            m.bv[tid] = ld(p.b, p.bdt, (t0 + tid) * p.Hv + h);
+        }
+    }
+}
+
+// gdn_step_fused_ba: b, a of value head h for the T <= kTile tokens, x [T, H] @ rows h and Hv + h of ba^T,
+// summed over the block's warps in warp order and rounded to BF16 as the GEMV would store them; thread t < T
+// leaves token t's pair in ab[t] (b) and ab[kTile + t] (a). Reads only x (two kernels back: the norm before
+// the projections) and weights, so it runs before the programmatic-launch wait, under the predecessors' tails.
+__device__ __forceinline__ void ba_project(const StepArgs& p, int64_t h, float* ab /* [2 kTile] shared */,
+                                           float (*part)[kTile][8] /* [2][kTile][8 warps] shared */) {
+    const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+    const __nv_bfloat16* wb = static_cast<const __nv_bfloat16*>(p.ba) + h * p.H;
+    const __nv_bfloat16* wa = static_cast<const __nv_bfloat16*>(p.ba) + (p.Hv + h) * p.H;
+    const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(p.x);
+    float sb[kTile], sa[kTile];
+#pragma unroll
+    for (int t = 0; t < kTile; ++t) sb[t] = sa[t] = 0.0f;
+    for (int64_t i = static_cast<int64_t>(tid) * 8; i < p.H; i += static_cast<int64_t>(blockDim.x) * 8) {
+        float fb[8], fa[8];
+        load_bf16x8(wb + i, fb);
+        load_bf16x8(wa + i, fa);
+#pragma unroll
+        for (int t = 0; t < kTile; ++t) {
+            if (t < p.T) {
+                float fx[8];
+                load_bf16x8(x + t * p.H + i, fx);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    sb[t] = fmaf(fx[e], fb[e], sb[t]);
+                    sa[t] = fmaf(fx[e], fa[e], sa[t]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < kTile; ++t) {
+        if (t < p.T) {
+            const float b = warp_sum(sb[t]), a = warp_sum(sa[t]);
+            if (lane == 0) part[0][t][warp] = b, part[1][t][warp] = a;
+        }
+    }
+    __syncthreads();
+    if (tid < p.T) {
+        float b = 0.0f, a = 0.0f;
+        for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) b += part[0][tid][w], a += part[1][tid][w];
+        ab[tid] = round_as(kBF16, b);
+        ab[kTile + tid] = round_as(kBF16, a);
     }
 }
 
@@ -239,7 +292,6 @@ static __global__ void __launch_bounds__(kRowGroups * kSplitCols) gdn_step_split
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
-    pdl_enter();  // launched through launch_gdn_split (programmatic + cluster attributes)
     __shared__ TileSmem<kSplitCols> m;
     __shared__ float ss_s[kTile];  // this block's sum of o^2 per token
     const int nsplit = static_cast<int>(cluster.num_blocks());
@@ -252,14 +304,21 @@ static __global__ void __launch_bounds__(kRowGroups * kSplitCols) gdn_step_split
     const int nr = static_cast<int>((dk - ty + kRowGroups - 1) / kRowGroups);
     float* S = p.state + h * dk * dv;
 
+    // The state and the decay parameters before the programmatic-launch wait: no kernel of this step wrote
+    // them (the state's last writer is this layer's step one forward earlier), and the chain of waits
+    // (common.cuh pdl_enter) has every kernel before the predecessor complete when this one starts. The 16 KB
+    // per block then loads under the conv kernel's tail instead of after it.
     float s[kRowsPerThread];
     gdn::load_state<kRowGroups>(s, S, nr, ty, j, dv, col_ok);
-
     const float A = expf(ld(p.A_log, p.Adt, h));
     const float dtb = ld(p.dt_bias, p.ddt, h);
+    __shared__ float ab_s[2 * kTile];
+    __shared__ float ab_part[2][kTile][8];
+    if (p.x) ba_project(p, h, ab_s, ab_part);
+    pdl_enter();  // launched through launch_gdn_split (programmatic + cluster attributes)
     for (int64_t t0 = 0; t0 < p.T; t0 += kTile) {
         const int nt = static_cast<int>(p.T - t0 < kTile ? p.T - t0 : kTile);
-        load_tile(p, m, t0, nt, h, kh, c0);  // q, k: every block of the cluster reads them
+        load_tile(p, m, t0, nt, h, kh, c0, p.x ? ab_s : nullptr);  // q, k: every block of the cluster reads them
         __syncthreads();
         if (warp < nt) token_scalars(m, warp, lane, dk, A, dtb);
         __syncthreads();
@@ -318,9 +377,10 @@ static void launch_gdn_split(const StepArgs& p, cudaStream_t s) {
     cudaLaunchKernelEx(&cfg, gdn_step_split_kernel, p);
 }
 
-void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
-                    Tensor& state, const Tensor& z, const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out,
-                    cudaStream_t s) {
+namespace {
+// The arguments both entry points share (everything but where a and b come from), checked.
+StepArgs step_args(const Tensor& conv, const Tensor& A_log, const Tensor& dt_bias, Tensor& state, const Tensor& z,
+                   const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out) {
     const char* op = "gdn_core";
     if (state.ndim != 3 || state.dtype != DType::F32) throw Error("cuda gdn_core: state must be [Hv, dk, dv] F32");
     StepArgs p{};
@@ -333,13 +393,10 @@ void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const 
     if (p.Hk <= 0 || p.Hv % p.Hk != 0 || p.C != 2 * p.Hk * p.dk + p.Hv * p.dv)
         throw Error("cuda gdn_core: conv must be [T, 2 Hk dk + Hv dv] with Hv a multiple of Hk");
     if (p.dk > kMaxDk || p.dv > kCols) throw Error("cuda gdn_core: dk and dv must be <= 128");
-    if (a.numel() != p.T * p.Hv || b.numel() != p.T * p.Hv || A_log.numel() != p.Hv || dt_bias.numel() != p.Hv ||
-        z.numel() != p.T * p.Hv * p.dv || norm_w.numel() != p.dv || out.numel() != p.T * p.Hv * p.dv)
-        throw Error("cuda gdn_core: a, b [T, Hv], A_log, dt_bias [Hv], z, out [T, Hv * dv], norm [dv]");
-    if (p.T == 0) return;
+    if (A_log.numel() != p.Hv || dt_bias.numel() != p.Hv || z.numel() != p.T * p.Hv * p.dv ||
+        norm_w.numel() != p.dv || out.numel() != p.T * p.Hv * p.dv)
+        throw Error("cuda gdn_core: A_log, dt_bias [Hv], z, out [T, Hv * dv], norm [dv]");
     p.conv = conv.data; p.cdt = dt_code(conv.dtype, op, "conv");
-    p.a = a.data; p.adt = dt_code(a.dtype, op, "a");
-    p.b = b.data; p.bdt = dt_code(b.dtype, op, "b");
     p.A_log = A_log.data; p.Adt = dt_code(A_log.dtype, op, "A_log");
     p.dt_bias = dt_bias.data; p.ddt = dt_code(dt_bias.dtype, op, "dt_bias");
     p.z = z.data; p.zdt = dt_code(z.dtype, op, "z");
@@ -347,6 +404,19 @@ void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const 
     p.state = state.ptr<float>();
     p.out = out.data; p.odt = dt_code(out.dtype, op, "out");
     p.eps = eps;
+    return p;
+}
+}  // namespace
+
+void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                    Tensor& state, const Tensor& z, const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out,
+                    cudaStream_t s) {
+    const char* op = "gdn_core";
+    StepArgs p = step_args(conv, A_log, dt_bias, state, z, norm_w, eps, n_k_heads, out);
+    if (a.numel() != p.T * p.Hv || b.numel() != p.T * p.Hv) throw Error("cuda gdn_core: a, b must be [T, Hv]");
+    if (p.T == 0) return;
+    p.a = a.data; p.adt = dt_code(a.dtype, op, "a");
+    p.b = b.data; p.bdt = dt_code(b.dtype, op, "b");
     if (gdn_split_enabled(p.dv))
         launch_gdn_split(p, s);
     else if (p.T == 1)
@@ -355,6 +425,26 @@ void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const 
         launch_pdl(gdn_step_tiled_kernel, dim3(static_cast<unsigned>(p.Hv)), dim3(kRowGroups * kCols), 0, s,
                    p);
     check_launch("gdn_core step");
+}
+
+bool gdn_step_ba_ok(int64_t T, int64_t dv, const Tensor& ba_w) {
+    return T >= 1 && T <= kTile && gdn_split_enabled(dv) && ba_w.dtype == DType::BF16 && ba_w.ndim == 2 &&
+           ba_w.dim(1) % 8 == 0 && (reinterpret_cast<uintptr_t>(ba_w.data) & 15) == 0;
+}
+
+void gdn_step_fused_ba(const Tensor& conv, const Tensor& x, const Tensor& ba_w, const Tensor& A_log,
+                       const Tensor& dt_bias, Tensor& state, const Tensor& z, const Tensor& norm_w, float eps,
+                       int64_t n_k_heads, Tensor& out, cudaStream_t s) {
+    StepArgs p = step_args(conv, A_log, dt_bias, state, z, norm_w, eps, n_k_heads, out);
+    if (!gdn_step_ba_ok(p.T, p.dv, ba_w) || x.dtype != DType::BF16 || x.rows() != p.T || x.cols() != ba_w.dim(1) ||
+        ba_w.dim(0) != 2 * p.Hv || (reinterpret_cast<uintptr_t>(x.data) & 15) != 0)
+        throw Error("cuda gdn_core_ba: x [T, H] and ba [2 Hv, H] BF16 (16-byte aligned, H a multiple of 8) for "
+                    "1..8 tokens on Hopper");
+    p.x = x.data;
+    p.ba = ba_w.data;
+    p.H = x.cols();
+    launch_gdn_split(p, s);
+    check_launch("gdn_core step (b | a folded in)");
 }
 
 }  // namespace grimoire::cuda
