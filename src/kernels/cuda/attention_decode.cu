@@ -38,6 +38,7 @@ struct DecodeParams {
     int64_t gate_stride;
     int max_splits;  // kMaxSplits / T
     int n_tok;       // T
+    int hsplit;      // decode_tile_kernel: blocks per KV head, each taking G / hsplit of its query heads
 };
 
 template <int EPL>
@@ -99,17 +100,17 @@ __device__ __forceinline__ bool split_range(const DecodeParams& p, SplitRange& r
     return true;
 }
 
-// After the block's barrier: joins the kWarps partial softmax states of the block's G heads (warp w's head g
-// accumulator at sm_acc[(w * ng + g) * D], its max and sum at sm_m / sm_l[w * ng + g]) into workspace slot
-// `slot` of each head.
+// After the block's barrier: joins the kWarps partial softmax states of the block's G heads h0 .. h0 + G - 1
+// (warp w's head g accumulator at sm_acc[(w * ng + g) * D], its max and sum at sm_m / sm_l[w * ng + g]) into
+// workspace slot `slot` of each head.
 __device__ __forceinline__ void store_split(const DecodeParams& p, const float* sm_acc, const float* sm_m,
-                                            const float* sm_l, int ng, int G, int64_t D, int64_t kvh, int64_t slot) {
+                                            const float* sm_l, int ng, int G, int64_t D, int64_t h0, int64_t slot) {
     float* ws_acc = p.ws;
     float* ws_ml = p.ws + p.Hq * kMaxSplits * D;
     for (int g = 0; g < G; ++g) {
         float M = -INFINITY;
         for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_m[w * ng + g]);
-        const int64_t h = kvh * G + g;
+        const int64_t h = h0 + g;
         for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
             float v = 0.0f;
             for (int w = 0; w < kWarps; ++w)
@@ -225,7 +226,7 @@ static __global__ void __launch_bounds__(32 * kWarps) decode_split_kernel(Decode
         }
     }
     __syncthreads();
-    store_split(p, &sm_acc[0][0][0], &sm_m[0][0], &sm_l[0][0], kMaxG, G, D, kvh, sr.slot);
+    store_split(p, &sm_acc[0][0][0], &sm_m[0][0], &sm_l[0][0], kMaxG, G, D, kvh * G, sr.slot);
 }
 
 // One block of kCombineThreads per query head. The split weights exp(m_s - M) / sum are computed once into
@@ -314,13 +315,14 @@ static __global__ void __launch_bounds__(32 * kWarps, 3) decode_tile_kernel(Deco
     __shared__ float sm_acc[kWarps][G][D];
     __shared__ float sm_m[kWarps][G], sm_l[kWarps][G];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t kvh = blockIdx.x;
+    // Block x: KV head x / hsplit, its query heads h0 .. h0 + G - 1 (G = p.G / hsplit).
+    const int64_t kvh = blockIdx.x / p.hsplit, h0 = kvh * p.G + (blockIdx.x % p.hsplit) * G;
     SplitRange sr;
     if (!split_range(p, sr)) return;
     const int64_t tok = sr.tok, k0 = sr.k0, k1 = sr.k1;
     const int64_t row = p.Hkv * D;
     for (int i = threadIdx.x; i < G * D; i += blockDim.x)
-        sm_q[i / D][i % D] = ld(p.q, p.q_dt, (tok * p.Hq + kvh * G) * D + i) * p.scale;
+        sm_q[i / D][i % D] = ld(p.q, p.q_dt, (tok * p.Hq + h0) * D + i) * p.scale;
     __syncthreads();
     const __nv_bfloat16* kc = static_cast<const __nv_bfloat16*>(p.k_cache) + kvh * D;
     const __nv_bfloat16* vc = static_cast<const __nv_bfloat16*>(p.v_cache) + kvh * D;
@@ -405,11 +407,33 @@ static __global__ void __launch_bounds__(32 * kWarps, 3) decode_tile_kernel(Deco
         }
     }
     __syncthreads();
-    store_split(p, &sm_acc[0][0][0], &sm_m[0][0], &sm_l[0][0], G, G, D, kvh, sr.slot);
+    store_split(p, &sm_acc[0][0][0], &sm_m[0][0], &sm_l[0][0], G, G, D, h0, sr.slot);
 }
 
+// GRIMOIRE_DECODE_HSPLIT=0: one block per KV head and split for every G (for comparison).
+bool hsplit_disabled() {
+    static const bool off = [] {
+        const char* v = std::getenv("GRIMOIRE_DECODE_HSPLIT");
+        return v && std::string(v) == "0";
+    }();
+    return off;
+}
+
+// G = 6 and 8 as two blocks of G / 2 heads per KV head and split: a warp's tile is a chain of ~1,200 dependent
+// instructions at G = 6 (every head's q.k and p.v) with two warps per SM at length 512, so the walk is
+// latency-bound on its own arithmetic (docs/BENCHMARKS.md, session 14); halving the heads per warp halves the
+// chain and doubles the warps, for a second read of the same K / V rows (L2).
 template <int EPL>
-static bool launch_tile(const DecodeParams& p, dim3 grid, cudaStream_t s) {
+static bool launch_tile(DecodeParams p, dim3 grid, cudaStream_t s) {
+    if (!hsplit_disabled() && (p.G == 6 || p.G == 8)) {
+        p.hsplit = 2;
+        grid.x *= 2;
+        if (p.G == 6)
+            launch_pdl(decode_tile_kernel<EPL, 3>, grid, dim3(32 * kWarps), 0, s, p);
+        else
+            launch_pdl(decode_tile_kernel<EPL, 4>, grid, dim3(32 * kWarps), 0, s, p);
+        return true;
+    }
     switch (p.G) {
         case 1:
             launch_pdl(decode_tile_kernel<EPL, 1>, grid, dim3(32 * kWarps), 0, s, p);
@@ -465,7 +489,7 @@ void launch_decode(const void* q, int q_dt, const void* k_cache, const void* v_c
     if (g.T < 1 || g.T > kMaxDecodeTokens) throw Error("cuda attention: decode takes 1..8 tokens");
     DecodeParams p{q, k_cache, v_cache, ws, out, q_dt, o_dt, static_cast<int>(g.Hq / g.Hkv), g.Hq, g.Hkv, g.D,
                    n_past, n_past_dev, scale, gate, gate_dt, gate_stride, static_cast<int>(kMaxSplits / g.T),
-                   static_cast<int>(g.T)};
+                   static_cast<int>(g.T), 1};
     if (kv_dt == kBF16) launch_decode_typed<__nv_bfloat16>(p, s);
     else launch_decode_typed<float>(p, s);
 }
