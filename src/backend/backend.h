@@ -141,15 +141,11 @@ public:
     // [2 Hv, H] (in_proj_b's rows, then in_proj_a's), both rounded to the act dtype as the projection would
     // store them: one launch and one round trip fewer per layer. The model calls it only where
     // fuses_gdn_ba(T, ba_w) says so; otherwise it projects b, a and calls gdn_core.
-    virtual bool fuses_gdn_ba(int64_t T, const Tensor& ba_w) const {
-        (void)T, (void)ba_w;
-        return false;
-    }
-    virtual void gdn_core_ba(const Tensor& mixed, const Tensor& conv_w, Tensor& conv_state, const Tensor& x,
-                             const Tensor& ba_w, const Tensor& A_log, const Tensor& dt_bias, Tensor& state,
-                             const Tensor& z, const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out) {
-        (void)mixed, (void)conv_w, (void)conv_state, (void)x, (void)ba_w, (void)A_log, (void)dt_bias, (void)state;
-        (void)z, (void)norm_w, (void)eps, (void)n_k_heads, (void)out;
+    virtual bool fuses_gdn_ba(int64_t /*T*/, const Tensor& /*ba_w*/) const { return false; }
+    virtual void gdn_core_ba(const Tensor& /*mixed*/, const Tensor& /*conv_w*/, Tensor& /*conv_state*/,
+                             const Tensor& /*x*/, const Tensor& /*ba_w*/, const Tensor& /*A_log*/,
+                             const Tensor& /*dt_bias*/, Tensor& /*state*/, const Tensor& /*z*/, const Tensor& /*norm_w*/,
+                             float /*eps*/, int64_t /*n_k_heads*/, Tensor& /*out*/) {
         throw Error(name() + ": gdn_core_ba is not implemented (check fuses_gdn_ba first)");
     }
 

@@ -740,8 +740,8 @@ bool CudaBackend::fuses_gdn_ba(int64_t T, const Tensor& ba_w) const {
         const char* e = std::getenv("GRIMOIRE_GDN_BA");
         return !(e && e[0] == '0');
     }();
-    return on && T == 1 && fused_enabled() && act_ == DType::BF16 && ba_w.dtype == DType::BF16 && ba_w.ndim == 2 &&
-           ba_w.device == Device::CUDA && cuda::gdn_step_ba_ok(T, 0, ba_w);
+    return on && T == 1 && fused_enabled() && act_ == DType::BF16 && ba_w.device == Device::CUDA &&
+           cuda::gdn_step_ba_ok(T, 0, ba_w);  // dv 0: checked at the call, with the state
 }
 
 void CudaBackend::gdn_core_ba(const Tensor& mixed, const Tensor& conv_w, Tensor& conv_state, const Tensor& x,

@@ -5,7 +5,8 @@
 // all G = Hq/Hkv query heads of that KV head, so each K/V row is read once per step whatever G is. A lane
 // owns D/32 consecutive dims; each warp walks every 4th row, two rows per iteration, with an online softmax
 // per head; the 4 warps are merged in shared memory and the split writes (max, sum, unnormalised acc) to the
-// workspace. Blocks past the device-computed split count return at once. Kernel 2, one block per query
+// workspace (decode_tile_kernel with G = 6 or 8: two blocks per (kvh, split), each with half the query heads;
+// see launch_tile). Blocks past the device-computed split count return at once. Kernel 2, one block per query
 // head, merges the splits (and, for gated attention, applies the sigmoid output gate).
 #include <cstdlib>
 #include <string>

@@ -142,10 +142,12 @@ __device__ __forceinline__ void load_tile(const StepArgs& p, TileSmem<NC>& m, in
 
 // gdn_step_fused_ba: b, a of value head h for the T <= kTile tokens, x [T, H] @ rows h and Hv + h of ba^T,
 // summed over the block's warps in warp order and rounded to BF16 as the GEMV would store them; thread t < T
-// leaves token t's pair in ab[t] (b) and ab[kTile + t] (a). Reads only x (two kernels back: the norm before
-// the projections) and weights, so it runs before the programmatic-launch wait, under the predecessors' tails.
+// leaves token t's pair in ab[t] (b) and ab[kTile + t] (a). Reads only x (the norm's output, written before
+// the projections: three kernels back) and weights, so it runs before the programmatic-launch wait, under the
+// predecessors' tails. NW: the block's warps.
+template <int NW>
 __device__ __forceinline__ void ba_project(const StepArgs& p, int64_t h, float* ab /* [2 kTile] shared */,
-                                           float (*part)[kTile][8] /* [2][kTile][8 warps] shared */) {
+                                           float (*part)[kTile][NW] /* [2][kTile][NW] shared */) {
     const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
     const __nv_bfloat16* wb = static_cast<const __nv_bfloat16*>(p.ba) + h * p.H;
     const __nv_bfloat16* wa = static_cast<const __nv_bfloat16*>(p.ba) + (p.Hv + h) * p.H;
@@ -153,7 +155,7 @@ __device__ __forceinline__ void ba_project(const StepArgs& p, int64_t h, float* 
     float sb[kTile], sa[kTile];
 #pragma unroll
     for (int t = 0; t < kTile; ++t) sb[t] = sa[t] = 0.0f;
-    for (int64_t i = static_cast<int64_t>(tid) * 8; i < p.H; i += static_cast<int64_t>(blockDim.x) * 8) {
+    for (int64_t i = static_cast<int64_t>(tid) * 8; i < p.H; i += static_cast<int64_t>(NW) * 32 * 8) {
         float fb[8], fa[8];
         load_bf16x8(wb + i, fb);
         load_bf16x8(wa + i, fa);
@@ -180,7 +182,7 @@ __device__ __forceinline__ void ba_project(const StepArgs& p, int64_t h, float* 
     __syncthreads();
     if (tid < p.T) {
         float b = 0.0f, a = 0.0f;
-        for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) b += part[0][tid][w], a += part[1][tid][w];
+        for (int w = 0; w < NW; ++w) b += part[0][tid][w], a += part[1][tid][w];
         ab[tid] = round_as(kBF16, b);
         ab[kTile + tid] = round_as(kBF16, a);
     }
@@ -313,8 +315,9 @@ static __global__ void __launch_bounds__(kRowGroups * kSplitCols) gdn_step_split
     const float A = expf(ld(p.A_log, p.Adt, h));
     const float dtb = ld(p.dt_bias, p.ddt, h);
     __shared__ float ab_s[2 * kTile];
-    __shared__ float ab_part[2][kTile][8];
-    if (p.x) ba_project(p, h, ab_s, ab_part);
+    constexpr int kWarps = kRowGroups * kSplitCols / 32;
+    __shared__ float ab_part[2][kTile][kWarps];
+    if (p.x) ba_project<kWarps>(p, h, ab_s, ab_part);
     pdl_enter();  // launched through launch_gdn_split (programmatic + cluster attributes)
     for (int64_t t0 = 0; t0 < p.T; t0 += kTile) {
         const int nt = static_cast<int>(p.T - t0 < kTile ? p.T - t0 : kTile);
