@@ -101,6 +101,14 @@ int main(int argc, char** argv) {
                        be.gdn_core(mixed, cw, cst, a, b, Al, dtb, st, z, nw, 1e-6f, Hk, o);
                    }),
                    2.0 * Hv * dk * dv * 4);
+            Tensor xh = S({T, H}), baw = S({2 * Hv, H}, DType::BF16, 0.02f);
+            if (cuda::gdn_step_ba_ok(T, dv, baw))
+                report("gdn_core_ba" + t + " (conv + step, b | a folded in)", graph_us(be, reps, [&] {
+                           be.gdn_core_ba(mixed, cw, cst, xh, baw, Al, dtb, st, z, nw, 1e-6f, Hk, o);
+                       }),
+                       2.0 * Hv * dk * dv * 4 + 2.0 * Hv * H * 2);
+            be.free_persistent(xh);
+            be.free_persistent(baw);
         }
 
         // Gated attention core at context ctx (and 4K / 32K for the BF16 model's long-context decode).

@@ -51,6 +51,7 @@ struct StepArgs {
     int cdt, adt, bdt, Adt, ddt, zdt, wdt, odt;
     int64_t T, C, Hk, Hv, dk, dv, H;
     float eps;
+    int prewait;  // split kernel: z, the norm weight and (one token) b | a in one round before the wait
 };
 }  // namespace
 
@@ -113,7 +114,7 @@ struct TileSmem {
 // key head kh, v and z of value head h's columns c0 .. c0 + NC - 1, a and b.
 template <int NC>
 __device__ __forceinline__ void load_tile(const StepArgs& p, TileSmem<NC>& m, int64_t t0, int nt, int64_t h,
-                                          int64_t kh, int64_t c0, const float* ab = nullptr) {
+                                          int64_t kh, int64_t c0, const float* ab = nullptr, bool z_done = false) {
     const int tid = static_cast<int>(threadIdx.x);
     const int64_t key = p.Hk * p.dk;
     for (int i = tid; i < nt * 2 * kMaxDk; i += blockDim.x) {
@@ -127,7 +128,7 @@ __device__ __forceinline__ void load_tile(const StepArgs& p, TileSmem<NC>& m, in
         const int t = i / NC, c = i % NC;
         const bool ok = c0 + c < p.dv;
         m.vs[t][c] = ok ? ld(p.conv, p.cdt, (t0 + t) * p.C + 2 * key + h * p.dv + c0 + c) : 0.0f;
-        m.zs[t][c] = ok ? ld(p.z, p.zdt, ((t0 + t) * p.Hv + h) * p.dv + c0 + c) : 0.0f;
+        if (!z_done) m.zs[t][c] = ok ? ld(p.z, p.zdt, ((t0 + t) * p.Hv + h) * p.dv + c0 + c) : 0.0f;
     }
     if (tid < nt) {
         if (ab) {  // computed by this same thread (gdn_step_split_kernel): no barrier needed
@@ -155,20 +156,51 @@ __device__ __forceinline__ void ba_project(const StepArgs& p, int64_t h, float* 
     float sb[kTile], sa[kTile];
 #pragma unroll
     for (int t = 0; t < kTile; ++t) sb[t] = sa[t] = 0.0f;
-    for (int64_t i = static_cast<int64_t>(tid) * 8; i < p.H; i += static_cast<int64_t>(NW) * 32 * 8) {
-        float fb[8], fa[8];
-        load_bf16x8(wb + i, fb);
-        load_bf16x8(wa + i, fa);
+    auto dot8 = [](const uint4& w, const uint4& v, float acc) {
+        const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);
+        const __nv_bfloat162* v2 = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float2 wf = __bfloat1622float2(w2[e]), vf = __bfloat1622float2(v2[e]);
+            acc = fmaf(vf.x, wf.x, acc);
+            acc = fmaf(vf.y, wf.y, acc);
+        }
+        return acc;
+    };
+    constexpr int64_t step = static_cast<int64_t>(NW) * 32 * 8;
+    const int64_t i0 = static_cast<int64_t>(tid) * 8;
+    int64_t rest = i0;  // the first piece the general loop below takes
+    if (p.T == 1 && p.prewait) {
+        // One token (the decode step, the only T the backend folds b | a for): the thread's first kBaPieces
+        // pieces of 8 channels (all of them for H <= kBaPieces * NW * 256: the 27B's 5120 in three) are loaded
+        // before any is used, one memory latency instead of a dependent load-and-FMA chain per piece, which sat
+        // on the step's critical path before the wait (ncu, session 15: 10.5 us for the kernel, 5.8 without
+        // b | a). Same summation order as the loop.
+        constexpr int kBaPieces = 3;
+        uint4 rb[kBaPieces], ra[kBaPieces], rx[kBaPieces];
+#pragma unroll
+        for (int u = 0; u < kBaPieces; ++u) {
+            const int64_t i = i0 + u * step;
+            const bool ok = i < p.H;
+            rb[u] = ok ? __ldg(reinterpret_cast<const uint4*>(wb + i)) : make_uint4(0, 0, 0, 0);
+            ra[u] = ok ? __ldg(reinterpret_cast<const uint4*>(wa + i)) : make_uint4(0, 0, 0, 0);
+            rx[u] = ok ? *reinterpret_cast<const uint4*>(x + i) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kBaPieces; ++u) {
+            sb[0] = dot8(rb[u], rx[u], sb[0]);
+            sa[0] = dot8(ra[u], rx[u], sa[0]);
+        }
+        rest = i0 + kBaPieces * step;
+    }
+    for (int64_t i = rest; i < p.H; i += step) {
+        const uint4 bw = __ldg(reinterpret_cast<const uint4*>(wb + i)), aw = __ldg(reinterpret_cast<const uint4*>(wa + i));
 #pragma unroll
         for (int t = 0; t < kTile; ++t) {
             if (t < p.T) {
-                float fx[8];
-                load_bf16x8(x + t * p.H + i, fx);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) {
-                    sb[t] = fmaf(fx[e], fb[e], sb[t]);
-                    sa[t] = fmaf(fx[e], fa[e], sa[t]);
-                }
+                const uint4 xv = *reinterpret_cast<const uint4*>(x + t * p.H + i);
+                sb[t] = dot8(bw, xv, sb[t]);
+                sa[t] = dot8(aw, xv, sa[t]);
             }
         }
     }
@@ -318,10 +350,23 @@ static __global__ void __launch_bounds__(kRowGroups * kSplitCols) gdn_step_split
     constexpr int kWarps = kRowGroups * kSplitCols / 32;
     __shared__ float ab_part[2][kTile][kWarps];
     if (p.x) ba_project<kWarps>(p, h, ab_s, ab_part);
+    // z of the first tile and the norm weight of the lane's column before the wait too: z is the in_proj
+    // output, which completed before the conv kernel (this kernel's predecessor) passed its own wait.
+    if (p.prewait) {
+        const int nt0 = static_cast<int>(p.T < kTile ? p.T : kTile);
+        for (int i = tid; i < nt0 * kSplitCols; i += blockDim.x) {
+            const int t = i / kSplitCols, c = i % kSplitCols;
+            m.zs[t][c] = c0 + c < dv ? ld(p.z, p.zdt, (t * p.Hv + h) * dv + c0 + c) : 0.0f;
+        }
+    }
+    float wcol = p.prewait && c0 + lane < dv ? ld(p.w, p.wdt, c0 + lane) : 0.0f;
     pdl_enter();  // launched through launch_gdn_split (programmatic + cluster attributes)
+    if (!p.prewait && c0 + lane < dv) wcol = ld(p.w, p.wdt, c0 + lane);
     for (int64_t t0 = 0; t0 < p.T; t0 += kTile) {
         const int nt = static_cast<int>(p.T - t0 < kTile ? p.T - t0 : kTile);
-        load_tile(p, m, t0, nt, h, kh, c0, p.x ? ab_s : nullptr);  // q, k: every block of the cluster reads them
+        const bool last_tile = t0 + kTile >= p.T;
+        // q, k: every block of the cluster reads them
+        load_tile(p, m, t0, nt, h, kh, c0, p.x ? ab_s : nullptr, t0 == 0 && p.prewait);
         __syncthreads();
         if (warp < nt) token_scalars(m, warp, lane, dk, A, dtb);
         __syncthreads();
@@ -335,19 +380,29 @@ static __global__ void __launch_bounds__(kRowGroups * kSplitCols) gdn_step_split
         cluster.sync();   // every block's ss_s is written
         if (warp < nt) {  // the head's sum in rank order, then the gated RMSNorm of this block's columns
             const int t = warp;
+            float part_ss[kMaxSplit];  // the remote reads issued together, then added in rank order
+#pragma unroll
+            for (int r = 0; r < kMaxSplit; ++r) part_ss[r] = r < nsplit ? cluster.map_shared_rank(ss_s, r)[t] : 0.0f;
             float ss = 0.0f;
-            for (int r = 0; r < nsplit; ++r) ss += cluster.map_shared_rank(ss_s, r)[t];
+#pragma unroll
+            for (int r = 0; r < kMaxSplit; ++r)
+                if (r < nsplit) ss += part_ss[r];
             const float rn = rsqrtf(ss / static_cast<float>(dv) + p.eps);
             const int64_t col = c0 + lane;
             if (col < dv) {
                 const float zc = m.zs[t][lane];
-                st(p.out, p.odt, ((t0 + t) * p.Hv + h) * dv + col,
-                   ld(p.w, p.wdt, col) * m.os[t][lane] * rn * zc * sigmoidf_(zc));
+                st(p.out, p.odt, ((t0 + t) * p.Hv + h) * dv + col, wcol * m.os[t][lane] * rn * zc * sigmoidf_(zc));
             }
         }
-        cluster.sync();  // the other blocks have read ss_s; the next tile rewrites the tile buffers
+        if (!last_tile || !p.prewait) {
+            cluster.sync();  // the other blocks have read ss_s; the next tile rewrites the tile buffers
+        } else {
+            // No block may exit while another still reads its ss_s: arrive now, store the state, then wait.
+            asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+        }
     }
     gdn::store_state<kRowGroups>(s, S, nr, ty, j, dv, col_ok);
+    if (p.prewait) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
 }
 
@@ -361,7 +416,18 @@ static bool gdn_split_enabled(int64_t dv) {
     return on && dv <= kSplitCols * kMaxSplit;
 }
 
-static void launch_gdn_split(const StepArgs& p, cudaStream_t s) {
+// GRIMOIRE_GDN_PREWAIT=0: the split kernel's loads as before session 15 (z and the norm weight after the wait,
+// b | a piece by piece, a full cluster barrier before the state store), for the A/B.
+static bool gdn_prewait() {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_GDN_PREWAIT");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+
+static void launch_gdn_split(StepArgs p, cudaStream_t s) {
+    p.prewait = gdn_prewait() ? 1 : 0;
     const int nsplit = static_cast<int>((p.dv + kSplitCols - 1) / kSplitCols);
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
