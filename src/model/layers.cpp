@@ -263,6 +263,12 @@ MlpWeights load_mlp(
 }
 
 void mlp_forward(Backend& be, const MlpWeights& w, const Tensor& x, Tensor& out) {
+    if (w.gate_up.n_units() == 1 && w.gate_up.is_stacked() && w.gate_up.unit(0).offers_glu(x.rows())) {
+        Tensor h = be.scratch(be.act_dtype(), {x.rows(), w.gate_up.width(0)});  // gate | up in one pass
+        w.gate_up.unit(0).forward_glu(be, x, h);
+        w.down->forward(be, h, out);
+        return;
+    }
     std::vector<Tensor> gu = w.gate_up.forward(be, x);
     Tensor &g = gu[0], &u = gu[1];
     be.silu_mul(g, u, g);

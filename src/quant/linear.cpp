@@ -149,6 +149,15 @@ void Linear::forward_split(Backend& be, const Tensor& x, std::span<Tensor> ys) c
     GRIMOIRE_CHECK(c0 == out_features(), "forward_split: parts do not cover the output");
 }
 
+void Linear::forward_glu(Backend& be, const Tensor& x, Tensor& h) const {
+    const int64_t I = out_features() / 2;
+    GRIMOIRE_CHECK(out_features() == 2 * I && h.rows() == x.rows() && h.cols() == I,
+                   "forward_glu: h must be [T, out / 2] of a stacked gate | up weight");
+    Tensor parts[2] = {be.scratch(be.act_dtype(), {x.rows(), I}), be.scratch(be.act_dtype(), {x.rows(), I})};
+    forward_split(be, x, parts);
+    be.silu_mul(parts[0], parts[1], h);
+}
+
 std::unique_ptr<Linear> make_dense_linear(Tensor weight, Tensor bias, std::vector<float> host_ref) {
     return std::make_unique<DenseLinear>(nullptr, weight, bias, std::move(host_ref));
 }

@@ -41,6 +41,12 @@ public:
     // The [out, in] weight when it is stored plain on the backend with no bias, else null: lets a backend fold
     // a small projection into a fused op (Backend::gdn_core_ba); the math stays the format's own.
     virtual const Tensor* plain_weight() const { return nullptr; }
+    // For a stacked [gate; up] weight (out = 2 I, gate rows first): h [T, I] act = silu(x Wg^T) * (x Wu^T).
+    // Where offers_glu(T) the implementation does it in one pass, the two halves never stored (the quantized
+    // one-pass kernel pairs their tiles, src/kernels/cuda/quant.h), with the same values as forward_split into
+    // g, u and Backend::silu_mul, which is what the default forward_glu runs.
+    virtual bool offers_glu(int64_t /*rows*/) const { return false; }
+    virtual void forward_glu(Backend& be, const Tensor& x, Tensor& h) const;
 };
 
 // Builds the Linear stored at `prefix` ("model.layers.0.mlp.down_proj"): `prefix.weight` (+ `.bias`) or the

@@ -8,6 +8,7 @@
 //   fp32 and applies the fp32 scale per group, so it differs from fp64 by fp32 summation only (~sqrt(K) * 6e-8
 //   of sum|w x|): 2e-5 * sum|w x| passes that 10x over, while one wrong weight moves a result by ~1/K of sum|w x|
 //   (>= 1e-3 at K <= 1000). The prefill path rounds W to BF16 first (2^-9 relative per weight): 3e-3 * sum|w x|.
+//   A stacked gate | up weight in one pass equals its parts then silu_mul bit for bit (check_glu).
 //   The same forward run three times (direct, captured, replayed) must give identical bits: the split-K
 //   reduction is deterministic and every launch leaves its arrival counters at zero.
 // Fixtures: every tests/fixtures/quant layer dequantizes on the device to exactly the CPU's weight.
@@ -16,8 +17,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "../test_util.h"
 #include "gpu_test_util.h"
@@ -203,6 +206,61 @@ INSTANTIATE_TEST_SUITE_P(Shapes,
                                            Fp8Case{1030, 2048, true},
                                            Fp8Case{129, 4160, false},
                                            Fp8Case{17001, 300, true}));
+
+// A stacked gate | up weight in one pass (Linear::forward_glu, quant.h QmmParts::glu): bit for bit the two parts
+// (themselves checked against fp64 above) followed by silu_mul, for every row count the pass is offered at
+// (INT4 1..16, FP8 1..8; above, the default forward_split + silu_mul), on narrow (one-tile blocks otherwise), two-tile and wide weights with an odd n-tile
+// count per half, asymmetric / act-order INT4 and block / per-channel FP8; the output poisoned before each run.
+void check_glu(CudaBackend& gpu, const Linear& lin, bool fp8, std::mt19937& rng, const std::string& what) {
+    const int64_t N = lin.out_features(), K = lin.in_features(), I = N / 2;
+    for (int64_t M : {1, 2, 4, 8, 9, 16}) {
+        const bool offered = lin.offers_glu(M);
+        EXPECT_EQ(offered, !fp8 || M <= 8) << what << " M " << M;  // not offered: Linear's default, checked too
+        Tensor x = test::put(gpu, test::rand_bf16(static_cast<size_t>(M * K), rng()), DType::BF16, {M, K});
+        Tensor g = gpu.alloc_persistent(DType::BF16, {M, I}), u = gpu.alloc_persistent(DType::BF16, {M, I});
+        Tensor want = gpu.alloc_persistent(DType::BF16, {M, I}), h = gpu.alloc_persistent(DType::BF16, {M, I});
+        Tensor parts[2] = {g, u};
+        gpu.reset_scratch();
+        lin.forward_split(gpu, x, parts);
+        gpu.silu_mul(g, u, want);
+        const std::vector<float> ref = test::get(gpu, want);
+        const std::vector<float> poison(static_cast<size_t>(M * I), NAN);
+        for (int rep = 0; rep < 3; ++rep) {  // direct, captured, replayed
+            gpu.from_host(h, poison.data());
+            gpu.reset_scratch();
+            lin.forward_glu(gpu, x, h);
+            const std::vector<float> got = test::get(gpu, h);
+            size_t bad = 0, first = 0;
+            for (size_t i = 0; i < got.size(); ++i)
+                if (std::memcmp(&got[i], &ref[i], 4) != 0 && bad++ == 0) first = i;
+            EXPECT_EQ(bad, 0u) << what << " M " << M << " rep " << rep << ": first at m " << first / I << " n "
+                               << first % I << " got " << got[first] << " want " << ref[first];
+        }
+        for (Tensor* t : {&x, &g, &u, &want, &h}) gpu.free_persistent(*t);
+    }
+}
+
+TEST(CudaQuantGlu, OnePassEqualsPartsThenSiluMul) {
+    GRIMOIRE_REQUIRE_GPU();
+    std::mt19937 rng(fresh_seed());
+    CudaBackend gpu(0, DType::BF16);
+    struct Case {
+        int64_t I, K, gs;
+        bool act, sym;
+        int scale_kind;
+    };
+    for (const Case& c : {Case{400, 1088, 64, true, false, 0}, Case{4240, 640, 128, false, true, 1},
+                          Case{8464, 320, 64, false, false, 2}}) {
+        auto lin = make_int4_linear(gpu, random_int4(2 * c.I, c.K, c.gs, c.act, c.sym, c.scale_kind, rng), Tensor{},
+                                    "test int4", 0);
+        check_glu(gpu, *lin, false, rng, "int4 I " + std::to_string(c.I) + " K " + std::to_string(c.K));
+    }
+    for (const auto& [I, K, block] : {std::tuple<int64_t, int64_t, bool>{400, 1088, true}, {4240, 640, false},
+                                      {8464, 320, true}}) {
+        auto lin = make_fp8_linear(gpu, random_fp8(2 * I, K, block, rng), Tensor{}, "test fp8", 0);
+        check_glu(gpu, *lin, true, rng, "fp8 I " + std::to_string(I) + " K " + std::to_string(K));
+    }
+}
 
 // Every fixture layer written by tools/quantize.py: the CUDA linear holds exactly the CPU's weight.
 TEST(CudaQuantFixtures, DeviceWeightsEqualCpuWeights) {

@@ -319,6 +319,7 @@ void CudaBackend::from_host(Tensor& t, const void* host) {
 }
 
 const int* CudaBackend::device_int(int64_t value) {
+    if (int_cache_.slot && int_cache_.value == value && int_cache_.flushes == flushes_) return int_cache_.slot;
     if (n_int_slots_ >= kIntSlots) synchronize(), n_int_slots_ = 0, pinned_->reset();
     int* slot = int_slots_ + n_int_slots_++;
     const int v = static_cast<int>(value);
@@ -326,6 +327,7 @@ const int* CudaBackend::device_int(int64_t value) {
     rec("slot", cuda::KeyHasher().add(OP_SLOT).add(slot).add(src).h, [=](cudaStream_t s) {
         GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(slot, src, sizeof(int), cudaMemcpyHostToDevice, s));
     });
+    int_cache_ = {slot, value, flushes_};
     return slot;
 }
 

@@ -161,6 +161,7 @@ private:
     void flush_all() const {
         materialize_split();
         graph_->flush();
+        ++flushes_;
     }
     void materialize_split() const;
     // The deferred split's output and parts viewed in place in it (row stride y.cols()) when its parts are
@@ -196,6 +197,15 @@ private:
     void* cublas_ws_ = nullptr;
     int* int_slots_ = nullptr;  // device ints for per-step scalars
     int n_int_slots_ = 0;
+    // device_int's last slot, reused for the same value until the next flush: every attention layer of a step
+    // asks for n_past, and each copy was a memcpy node that broke the programmatic-launch chain between the
+    // q | k | v projection and the attention kernels.
+    mutable uint64_t flushes_ = 0;
+    struct IntSlot {
+        const int* slot = nullptr;
+        int64_t value = 0;
+        uint64_t flushes = 0;
+    } int_cache_;
     int n_sm_ = 132;
     bool stack_split_ = true;
     size_t prompt_segment_ops_ = 128;

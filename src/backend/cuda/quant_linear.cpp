@@ -147,7 +147,40 @@ class CudaQuantLinear : public Linear {
         GRIMOIRE_CHECK(r0 == N_, "quantized forward_split: parts do not cover the weight");
     }
 
+    bool offers_glu(int64_t rows) const override {
+        return glu_enabled() && rows >= 1 && rows <= cuda::kQmmMaxM && wdt_ == DType::BF16 && qmm_ok_ &&
+               !bias_.data && glu_ok(rows);
+    }
+    void forward_glu(Backend& be, const Tensor& x, Tensor& h) const override {  // x [M, K], h [M, N / 2] act
+        CudaBackend& cb = cuda_of(be);
+        const int64_t M = x.rows();
+        if (!offers_glu(M)) return Linear::forward_glu(be, x, h);
+        if (x.cols() != K_ || h.rows() != M || 2 * h.cols() != N_ || h.dtype != cb.act_dtype())
+            throw Error("quantized linear (" + fmt_ + "): glu x [" + std::to_string(M) + ", " +
+                        std::to_string(x.cols()) + "], h [" + std::to_string(h.rows()) + ", " +
+                        std::to_string(h.cols()) + "] do not fit the weight [" + std::to_string(N_) + ", " +
+                        std::to_string(K_) + "]");
+        cuda::QmmParts parts;
+        parts.n = 1, parts.glu = 1;
+        parts.col[0] = 0, parts.col[1] = static_cast<int>(N_);
+        parts.data[0] = h.data;
+        const cuda::QmmWorkspace ws = workspace(cb);
+        const Tensor xv = x;
+        Tensor yv(nullptr, cb.act_dtype(), Device::CUDA, {M, N_});  // shape and dtype only
+        cb.record(cuda::KeyHasher().add(kOpQmm).add(xv).add(id()).add(h).add(uint64_t{0x474c55}).h,
+                  [this, xv, yv, ws, parts](cudaStream_t s) mutable { run_small(xv, yv, ws, s, &parts); });
+    }
+
   protected:
+    // GRIMOIRE_GLU=0: gate_up runs as two parts and silu_mul (the A/B of the one-pass form).
+    static bool glu_enabled() {
+        static const bool on = [] {
+            const char* e = std::getenv("GRIMOIRE_GLU");
+            return !(e && e[0] == '0');
+        }();
+        return on;
+    }
+    virtual bool glu_ok(int64_t M) const = 0;
     // GRIMOIRE_QMM_PARTS=0: stacked groups at M <= 16 write [M, N] and split it with split_cols (a benchmark
     // variant; the default writes the parts from the kernel).
     static bool parts_enabled() {
@@ -236,6 +269,9 @@ class CudaInt4Linear final : public CudaQuantLinear {
         cuda::qmm_int4(d_, x, y, ws, s, 0, parts);
     }
     void run_dequant(void* out, DType dt, cudaStream_t s) const override { cuda::dequant_int4(d_, out, dt, s); }
+    bool glu_ok(int64_t M) const override {
+        return cuda::qmm_glu_ok(false, d_.zeros != nullptr, M, d_.N, d_.K, d_.group_size, d_.G);
+    }
     cuda::Int4Dev d_;
 };
 
@@ -285,6 +321,7 @@ class CudaFp8Linear final : public CudaQuantLinear {
         cuda::qmm_fp8(d_, x, y, ws, s, 0, parts);
     }
     void run_dequant(void* out, DType dt, cudaStream_t s) const override { cuda::dequant_fp8(d_, out, dt, s); }
+    bool glu_ok(int64_t M) const override { return cuda::qmm_glu_ok(true, false, M, d_.N, d_.K, d_.bk, d_.SG); }
     cuda::Fp8Dev d_;
 };
 

@@ -236,43 +236,58 @@ static __global__ void __launch_bounds__(32 * kWarps) decode_split_kernel(Decode
 // fifth of a 32K decode-attention call).
 constexpr int kCombineThreads = 512;
 static __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(DecodeParams p) {
-    pdl_enter();  // launched through launch_pdl (common.cuh)
     __shared__ float wgt[kMaxSplits];
     __shared__ float part[kCombineThreads];
     __shared__ float red[32];
     const int64_t h = blockIdx.x, D = p.D, tok = blockIdx.z, slot0 = tok * p.max_splits;
     const int tid = threadIdx.x;
+    // Before the programmatic-launch wait, what no kernel of the chain's last two wrote: the length (filled at
+    // the step's start) and the gate (the q projection's output, complete before the prep kernel ran). After
+    // it, the split maxima, sums and the thread's first kPre partial rows in one round: the chain was four
+    // dependent loads (length, maxima, partials, gate) after the wait. Same summation order.
     const int ns = splits_for(p, current_len(p));
+    float gv = 0.0f;
+    if (p.gate && tid < D) gv = ld(p.gate, p.gate_dt, (tok * p.Hq + h) * p.gate_stride + tid);
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     const float* ws_acc = p.ws + (h * kMaxSplits + slot0) * D;
     const float* ws_ml = p.ws + p.Hq * kMaxSplits * D + (h * kMaxSplits + slot0) * 2;
+    const int groups = static_cast<int>(kCombineThreads / D);
+    const int64_t d = tid % D;
+    const int g = static_cast<int>(tid / D);
+    constexpr int kPre = 4;
+    float pre[kPre];
+#pragma unroll
+    for (int i = 0; i < kPre; ++i) {
+        const int sp = g + i * groups;
+        pre[i] = g < groups && sp < ns ? ws_acc[sp * D + d] : 0.0f;
+    }
+    const float ms = tid < ns ? ws_ml[2 * tid] : -INFINITY, ls = tid < ns ? ws_ml[2 * tid + 1] : 0.0f;
     // Block max over the split maxima (kMaxSplits <= kCombineThreads: one split per thread).
-    const float ms = tid < ns ? ws_ml[2 * tid] : -INFINITY;
     float M = warp_max(ms);
     if ((tid & 31) == 0) red[tid >> 5] = M;
     __syncthreads();
     M = red[0];
     for (int w = 1; w < kCombineThreads / 32; ++w) M = fmaxf(M, red[w]);
     const float e = tid < ns ? __expf(ms - M) : 0.0f;
-    const float den = block_sum(tid < ns ? e * ws_ml[2 * tid + 1] : 0.0f, red);
+    const float den = block_sum(tid < ns ? e * ls : 0.0f, red);
     if (tid < ns) wgt[tid] = e / den;
     __syncthreads();
-    const int groups = static_cast<int>(kCombineThreads / D);
-    const int64_t d = tid % D;
-    const int g = static_cast<int>(tid / D);
     float v = 0.0f;
     if (g < groups) {
+#pragma unroll
+        for (int i = 0; i < kPre; ++i) {
+            const int sp = g + i * groups;
+            if (sp < ns) v += wgt[sp] * pre[i];
+        }
 #pragma unroll 8
-        for (int s = g; s < ns; s += groups) v += wgt[s] * ws_acc[s * D + d];
+        for (int sp = g + kPre * groups; sp < ns; sp += groups) v += wgt[sp] * ws_acc[sp * D + d];
     }
     part[tid] = v;
     __syncthreads();
     if (tid < D) {
         float o = 0.0f;
         for (int q = 0; q < groups; ++q) o += part[q * D + tid];
-        if (p.gate) {
-            const float gv = ld(p.gate, p.gate_dt, (tok * p.Hq + h) * p.gate_stride + tid);
-            o = round_as(p.o_dt, o) * sigmoidf_(gv);
-        }
+        if (p.gate) o = round_as(p.o_dt, o) * sigmoidf_(gv);
         st(p.out, p.o_dt, (tok * p.Hq + h) * D + tid, o);
     }
 }

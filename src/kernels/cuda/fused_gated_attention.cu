@@ -37,18 +37,20 @@ struct PrepArgs {
 // Block (b, t): token t; b < Hq: query head b, b = Hq + j: KV head j. blockDim = D. The normalised value is
 // rounded to the dtype the unfused rmsnorm would have stored before RoPE reads it back.
 static __global__ void gated_attn_prep_kernel(PrepArgs a) {
-    pdl_enter();  // launched through launch_pdl (common.cuh)
     __shared__ float xs[kMaxD];
     __shared__ float red[32];
     const int i = threadIdx.x;
     const int64_t D = a.D, t = blockIdx.y;
     const bool is_q = blockIdx.x < a.Hq;
     const int64_t h = is_q ? blockIdx.x : blockIdx.x - a.Hq;
-    const int pos = a.positions[t];  // loaded with x, not after the barrier below
+    // The position (copied in at the step's start) and the norm weight before the programmatic-launch wait:
+    // only x comes from the predecessor.
+    const int pos = a.positions[t];
+    const float w = is_q ? ld(a.qw, a.qwdt, i) : ld(a.kw, a.kwdt, i);
+    pdl_enter();  // launched through launch_pdl (common.cuh)
     const int64_t kv_off = t * a.kvs + h * D;
     const float x = is_q ? ld(a.qg, a.qgdt, t * a.qs + h * 2 * D + i) : ld(a.k, a.kdt, kv_off + i);
     const float r = rsqrtf(block_sum(x * x, red) / static_cast<float>(D) + a.eps);
-    const float w = is_q ? ld(a.qw, a.qwdt, i) : ld(a.kw, a.kwdt, i);
     const int sdt = is_q ? a.qdt : a.cdt;
     xs[i] = round_as(sdt, x * r * (1.0f + w));
     __syncthreads();

@@ -257,9 +257,38 @@ bool qmv_route(const qmm::Args& a, bool fp8, bool asym, int forced_blocks) {
            qmv_launch_smem(a, fp8, asym) <= qmm::kQmvMaxSmem;
 }
 
+// glu parts (QmmParts::glu): the two-tile instances of launch_qmv_ssz's choices, each block pairing gate n-tile t
+// with up n-tile t + NT / 2; where launch_qmv_ssz takes one-tile blocks (narrow weights, FP8 one row) the
+// nearest two-tile form. Not offered for FP8 above 8 rows (its only 9..16-row form has one-tile blocks).
+template <bool FP8, bool ASYM, int SSZ>
+void launch_qmv_glu(qmm::Args& a, cudaStream_t s) {
+    const bool two = a.NT >= 4 * qmm::device_sms(), wide = a.NT >= 8 * qmm::device_sms();
+    if constexpr (!FP8) {
+        if (a.M == 1 && wide && a.ldx % 64 == 0) return launch_qmv_row<ASYM, SSZ, 2, 2, 4>(a, s);
+        if (qmv_staged_x(a)) {
+            if (wide) return launch_qmv_row<ASYM, SSZ, 2, 2, 3, qmm::kQmvBlockStage>(a, s);
+            return launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
+        }
+        if (a.M > 8) {
+            if (two && !wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
+            return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
+        }
+    } else {
+        if (a.M > 8 || a.ldx % 64 != 0) throw Error("cuda qmm_fp8: glu parts for more than 8 rows or unaligned x");
+    }
+    launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s);
+}
+
 // The scale width is a template parameter (the kernel's scale loads); FP8 scales are always f32.
 template <bool FP8, bool ASYM>
 void launch_qmv(qmm::Args& a, cudaStream_t s) {
+    if (a.parts.glu) {
+        if constexpr (FP8)
+            launch_qmv_glu<FP8, ASYM, 4>(a, s);
+        else
+            a.ssz == 4 ? launch_qmv_glu<FP8, ASYM, 4>(a, s) : launch_qmv_glu<FP8, ASYM, 2>(a, s);
+        return;
+    }
     if constexpr (FP8)
         launch_qmv_ssz<FP8, ASYM, 4>(a, s);
     else
@@ -271,6 +300,7 @@ void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_
     if constexpr (GK == 0) {
         if (qmv_route(a, FP8, ASYM, forced_blocks)) return launch_qmv<FP8, ASYM>(a, s);
     }
+    if (a.parts.glu) throw Error("cuda qmm: glu parts need the one-pass kernel (see qmm_glu_ok)");
     // The kernel body exists only in sm_90 code: a binary built without it keeps the cp.async kernel.
     static const bool tma_built = [] {
         cudaFuncAttributes fa{};
@@ -386,6 +416,8 @@ bool qmm_prepare(const char* op,
         return e && e[0] == '1' ? 1 : 0;
     }();
     a.early = early;
+    if (parts && parts->glu && (parts->n != 1 || N % 32 != 0 || !qmm_glu_ok(fp8, asym, M, N, K, gs, G)))
+        throw Error(std::string("cuda ") + op + ": glu parts need one part, N a multiple of 32 and qmm_glu_ok");
     if (parts && parts->n > 0) {
         if (parts->n > kQmmMaxParts || parts->col[0] != 0 || parts->col[parts->n] != N)
             throw Error(std::string("cuda ") + op + ": the parts do not cover the output's " +
@@ -418,6 +450,19 @@ bool qmm_prepare(const char* op,
         a.x = xb;
     }
     return true;
+}
+
+bool qmm_glu_ok(bool fp8, bool asym, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G) {
+    if (M < 1 || M > kQmmMaxM || N % 32 != 0 || N <= 0 || !qmm_supported(group_size, G)) return false;
+    if (fp8 && (M > 8 || (M == 1 && K % 64 != 0))) return false;
+    qmm::Args a{};
+    a.N = static_cast<int>(N), a.K = static_cast<int>(K), a.NT = static_cast<int>(N / 16);
+    a.KC = static_cast<int>((K + 63) / 64), a.M = static_cast<int>(M);
+    a.G = static_cast<int>(G < 1 ? 1 : G);
+    a.gs = static_cast<int>(G <= 1 ? K : group_size);
+    a.gpc = G <= 1 || group_size >= 64 ? 1 : static_cast<int>(64 / group_size);
+    a.ssz = fp8 ? 4 : 2;
+    return qmv_route(a, fp8, asym, 0);
 }
 
 void qmm_int4(const Int4Dev& w,

@@ -53,11 +53,20 @@ bool qmm_supported(int64_t group_size, int64_t G);
 // The output of a stacked group written straight into its parts: columns [col[i], col[i + 1]) of y go to
 // data[i], a contiguous [M, col[i + 1] - col[i]] tensor of y's dtype (no split_cols launch after the GEMM).
 constexpr int kQmmMaxParts = 8;
+//
+// glu = 1 (a stacked [gate; up] weight, N = 2 I): one part, data[0] = h [M, I] = silu(g) * u with g, u the two
+// halves of y rounded to y's dtype as stored parts would be, the same formula as silu_mul (the halves never
+// leave the kernel: each block pairs gate n-tile t with up n-tile t + NT / 2). Only where qmm_glu_ok says so.
 struct QmmParts {
     int n = 0;
     int col[kQmmMaxParts + 1] = {};
     void* data[kQmmMaxParts] = {};
+    int glu = 0;
 };
+// Whether qmm_int4 / qmm_fp8 take glu parts for M rows of an [N, K] weight with these scale groups: the
+// one-pass kernel with two-tile blocks (N a multiple of 32; FP8 at most 8 rows and, for one row, K a
+// multiple of 64).
+bool qmm_glu_ok(bool fp8, bool asym, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G);
 
 // x [M, K] BF16 or F32; y [M, N] BF16 or F32. `blocks` > 0 forces the grid size (tests use it to exercise
 // column blocks split between many grid blocks), else one full wave of resident blocks. With `parts`, y gives

@@ -35,6 +35,7 @@
 //     output's 8. The group scale is applied in fp32 to each group's corrected sum.
 #pragma once
 
+#include "kernels/cuda/fused_util.cuh"
 #include "kernels/cuda/quant_mma.cuh"
 
 namespace grimoire::cuda::qmm {
@@ -154,6 +155,11 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     static_assert(!PERS || (!SSM && !WSM), "persistent blocks load their scales with the weights");
     __shared__ float red[PERS ? 2 : 1][kQmvWarps][RT][NTB * 16];
     const int nTB = (a.NT + NTB - 1) / NTB;  // n-tile groups
+    // glu parts (quant.h QmmParts::glu, two-tile blocks only): group tb holds gate n-tile tb and up n-tile
+    // tb + NT / 2, so the block's reduction has both halves of its 16 outputs.
+    const bool glu = NTB == 2 && !PERS && a.parts.glu != 0;
+    const int half_nt = a.NT >> 1;
+    auto tile_nt = [&](int tb, int j) { return glu ? tb + j * half_nt : tb * NTB + j; };
 
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -175,7 +181,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     auto set_tiles = [&](int tb) {
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
-            const int nt = min(tb * NTB + j, a.NT - 1);
+            const int nt = min(tile_nt(tb, j), a.NT - 1);
             wp[j] = wb + (tile_index(nt, c0, a.NT, KC) * 32 + lane) * VEC;
             const int rlo = min(nt * 16 + g, a.N - 1),
                       rhi = min(nt * 16 + g + 8, a.N - 1);  // past N: never stored
@@ -290,7 +296,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     uint2 zv[SB > 0 ? SB : 1];
     auto piece_off = [&](int i) {
         const int grp = i / PPG, pr = i - grp * PPG;
-        const int nt = min(static_cast<int>(blockIdx.x) * NTB + (pr >> 1), a.NT - 1);
+        const int nt = min(tile_nt(static_cast<int>(blockIdx.x), pr >> 1), a.NT - 1);
         return static_cast<int64_t>(grp) * a.NP + nt * 16 + (pr & 1) * 8;
     };
     auto piece_load = [&](int i, uint4& v, uint2& z) {
@@ -335,7 +341,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     if constexpr (SSM) {
         for (int i = sg0 * BW + st0; !staged && i < sg1 * BW; i += sstep) {
             const int grp = i / BW, r = i - grp * BW;
-            const int nt = min(static_cast<int>(blockIdx.x) * NTB + (r >> 4), a.NT - 1);
+            const int nt = min(tile_nt(static_cast<int>(blockIdx.x), r >> 4), a.NT - 1);
             const int row = min(nt * 16 + (r & 15), a.N - 1);
             if constexpr (FP8)
                 sst[i] = static_cast<const float*>(a.scales)[row / a.bn * a.SG + grp];
@@ -590,6 +596,18 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 red[buf][warp][0][j * 16 + g] = acc[j][0], red[buf][warp][0][j * 16 + g + 8] = acc[j][1];
         }
         __syncthreads();
+        if (glu) {  // h[tok][tb * 16 + r] = silu(g) * u, g and u rounded as their stored parts would be
+            for (int i = static_cast<int>(threadIdx.x); i < a.M * 16; i += kQmvThreads) {
+                const int tok = i >> 4, r = i & 15;
+                float sg = 0.0f, su = 0.0f;
+#pragma unroll
+                for (int w = 0; w < kQmvWarps; ++w) sg += red[buf][w][tok][r], su += red[buf][w][tok][16 + r];
+                const float gq = round_as(a.ydt, sg), uq = round_as(a.ydt, su);
+                st(a.parts.data[0], a.ydt, static_cast<int64_t>(tok) * (a.N >> 1) + tb * 16 + r,
+                   gq * sigmoidf_(gq) * uq);
+            }
+            return;
+        }
         for (int i = static_cast<int>(threadIdx.x); i < a.M * NTB * 16; i += kQmvThreads) {
             const int tok = i / (NTB * 16), col = i - tok * (NTB * 16);
             const int n = tb * NTB * 16 + col;
