@@ -209,13 +209,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes,
 
 // A stacked gate | up weight in one pass (Linear::forward_glu, quant.h QmmParts::glu): bit for bit the two parts
 // (themselves checked against fp64 above) followed by silu_mul, for every row count the pass is offered at
-// (INT4 1..16, FP8 1..8; above, the default forward_split + silu_mul), on narrow (one-tile blocks otherwise), two-tile and wide weights with an odd n-tile
+// (INT4 1..16, FP8 2..8; elsewhere the default forward_split + silu_mul), on narrow (one-tile blocks otherwise), two-tile and wide weights with an odd n-tile
 // count per half, asymmetric / act-order INT4 and block / per-channel FP8; the output poisoned before each run.
 void check_glu(CudaBackend& gpu, const Linear& lin, bool fp8, std::mt19937& rng, const std::string& what) {
     const int64_t N = lin.out_features(), K = lin.in_features(), I = N / 2;
     for (int64_t M : {1, 2, 4, 8, 9, 16}) {
         const bool offered = lin.offers_glu(M);
-        EXPECT_EQ(offered, !fp8 || M <= 8) << what << " M " << M;  // not offered: Linear's default, checked too
+        EXPECT_EQ(offered, !fp8 || (M >= 2 && M <= 8)) << what << " M " << M;  // not offered: Linear's default, checked too
         Tensor x = test::put(gpu, test::rand_bf16(static_cast<size_t>(M * K), rng()), DType::BF16, {M, K});
         Tensor g = gpu.alloc_persistent(DType::BF16, {M, I}), u = gpu.alloc_persistent(DType::BF16, {M, I});
         Tensor want = gpu.alloc_persistent(DType::BF16, {M, I}), h = gpu.alloc_persistent(DType::BF16, {M, I});

@@ -64,8 +64,7 @@ struct QmmParts {
     int glu = 0;
 };
 // Whether qmm_int4 / qmm_fp8 take glu parts for M rows of an [N, K] weight with these scale groups: the
-// one-pass kernel with two-tile blocks (N a multiple of 32; FP8 at most 8 rows and, for one row, K a
-// multiple of 64).
+// one-pass kernel with two-tile blocks (N a multiple of 32; FP8 2..8 rows).
 bool qmm_glu_ok(bool fp8, bool asym, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G);
 
 // x [M, K] BF16 or F32; y [M, N] BF16 or F32. `blocks` > 0 forces the grid size (tests use it to exercise
