@@ -103,15 +103,10 @@ class CudaQuantLinear : public Linear {
             }
             parts.col[ys.size()] = static_cast<int>(c0);
             GRIMOIRE_CHECK(c0 == N_, "quantized forward_split: parts do not cover the weight");
-            const cuda::QmmWorkspace ws = workspace(cb);
-            const Tensor xv = x;
-            Tensor yv(nullptr, cb.act_dtype(), Device::CUDA, {x.rows(), N_});  // shape and dtype only
             cuda::KeyHasher key;
-            key.add(kOpQmm).add(xv).add(id());
+            key.add(kOpQmm).add(x).add(id());
             for (const Tensor& p : ys) key.add(p);
-            cb.record(key.h, [this, xv, yv, ws, parts](cudaStream_t s) mutable {
-                run_small(xv, yv, ws, s, &parts);
-            });
+            record_parts(cb, x, parts, key.h);
             return;
         }
         if (x.rows() <= cuda::kQmmMaxM && wdt_ == DType::BF16 && qmm_ok_) {
@@ -164,14 +159,17 @@ class CudaQuantLinear : public Linear {
         parts.n = 1, parts.glu = 1;
         parts.col[0] = 0, parts.col[1] = static_cast<int>(N_);
         parts.data[0] = h.data;
-        const cuda::QmmWorkspace ws = workspace(cb);
-        const Tensor xv = x;
-        Tensor yv(nullptr, cb.act_dtype(), Device::CUDA, {M, N_});  // shape and dtype only
-        cb.record(cuda::KeyHasher().add(kOpQmm).add(xv).add(id()).add(h).add(uint64_t{0x474c55}).h,
-                  [this, xv, yv, ws, parts](cudaStream_t s) mutable { run_small(xv, yv, ws, s, &parts); });
+        record_parts(cb, x, parts, cuda::KeyHasher().add(kOpQmm).add(x).add(id()).add(h).add(uint64_t{0x474c55}).h);
     }
 
   protected:
+    // One small-M launch whose output goes to `parts` (forward_split's parts, forward_glu's h).
+    void record_parts(CudaBackend& cb, const Tensor& x, const cuda::QmmParts& parts, uint64_t key) const {
+        const cuda::QmmWorkspace ws = workspace(cb);
+        const Tensor xv = x;
+        Tensor yv(nullptr, cb.act_dtype(), Device::CUDA, {x.rows(), N_});  // shape and dtype only
+        cb.record(key, [this, xv, yv, ws, parts](cudaStream_t s) mutable { run_small(xv, yv, ws, s, &parts); });
+    }
     // GRIMOIRE_GLU=0: gate_up runs as two parts and silu_mul (the A/B of the one-pass form).
     static bool glu_enabled() {
         static const bool on = [] {
