@@ -2,7 +2,9 @@
 // at the first GEMM after n of them) gives the same values as the step launched op by op with graphs off, in
 // every phase of the graph cache: first run direct, second captured, later ones replayed. The step is a small
 // residual stack (GEMM, add + RMSNorm per layer) over device inputs refilled from the host each time, like a
-// forward's token ids.
+// forward's token ids. Likewise a one-row step split after its first n ops (set_first_segment_ops: the decode
+// step's early flush), with consecutive zero fills on the boundary (they join one launch only while it is
+// still recorded).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -48,6 +50,7 @@ TEST(CudaGraphSegments, SegmentedStepsMatchDirectLaunches) {
         ss.norm.push_back(test::put(seg, n, DType::F32, {K}));
         sd.norm.push_back(test::put(direct, n, DType::F32, {K}));
     }
+    seg.set_first_segment_ops(0);  // only the prompt rule here
     for (size_t n_ops : {size_t{2}, size_t{5}}) {
         seg.set_prompt_segment_ops(n_ops);
         for (int rep = 0; rep < 4; ++rep) {  // direct, direct (seen once), captured, replayed
@@ -59,6 +62,59 @@ TEST(CudaGraphSegments, SegmentedStepsMatchDirectLaunches) {
     // The segments were captured and replayed as graphs of their own.
     EXPECT_GE(seg.graph_stats().captures, 2);
     EXPECT_GE(seg.graph_stats().replays, 2);
+}
+
+// One row (no GEMM, so only the first-segment rule splits it): z1 and z2 are zeroed back to back after z2 was
+// filled from the host; a step split right at z1's fill must still zero z2. out = h + z1 + z2.
+std::vector<float> row_step(CudaBackend& be, const Stack& s, const std::vector<float>& x0, int64_t K) {
+    be.reset_scratch();
+    std::vector<uint16_t> h16(x0.size()), ones(static_cast<size_t>(K), f32_to_bf16(1.0f));
+    for (size_t i = 0; i < x0.size(); ++i) h16[i] = f32_to_bf16(x0[i]);
+    Tensor x = be.scratch(DType::BF16, {1, K});
+    be.from_host(x, h16.data());  // op 1
+    Tensor z1 = be.scratch(DType::BF16, {1, K}), z2 = be.scratch(DType::BF16, {1, K});
+    be.from_host(z2, ones.data());  // op 2
+    be.zero(z1);                    // op 3
+    be.zero(z2);                    // joins op 3's launch unless that launch was flushed
+    Tensor h = be.scratch(DType::BF16, {1, K});
+    be.rmsnorm(x, s.norm[0], 1e-6f, NormKind::PLAIN, h);
+    for (size_t l = 0; l < s.w.size(); ++l) {
+        Tensor y = be.scratch(DType::BF16, {1, K});
+        be.matmul(h, s.w[l], y);
+        be.add_rmsnorm(x, y, s.norm[l], 1e-6f, NormKind::PLAIN, h);
+    }
+    Tensor o1 = be.scratch(DType::BF16, {1, K}), o2 = be.scratch(DType::BF16, {1, K});
+    be.add(h, z1, o1);
+    be.add(o1, z2, o2);
+    return test::get(be, o2);
+}
+
+TEST(CudaGraphSegments, FirstSegmentOfOneRowStepMatchesDirectLaunches) {
+    GRIMOIRE_REQUIRE_GPU();
+    const int64_t K = 96, L = 6;
+    CudaBackend seg(0, DType::BF16), direct(0, DType::BF16);
+    direct.set_graphs(false);
+    seg.set_prompt_segment_ops(0);
+    Stack ss, sd;
+    for (int64_t l = 0; l < L; ++l) {
+        const auto w = test::rand_bf16(static_cast<size_t>(K * K), static_cast<uint32_t>(300 + l), -0.2f, 0.2f);
+        const auto n = test::rand_bf16(static_cast<size_t>(K), static_cast<uint32_t>(400 + l), 0.5f, 1.5f);
+        ss.w.push_back(test::put(seg, w, DType::BF16, {K, K}));
+        sd.w.push_back(test::put(direct, w, DType::BF16, {K, K}));
+        ss.norm.push_back(test::put(seg, n, DType::F32, {K}));
+        sd.norm.push_back(test::put(direct, n, DType::F32, {K}));
+    }
+    const int64_t captures0 = seg.graph_stats().captures;
+    for (size_t n_ops : {size_t{1}, size_t{3}, size_t{7}}) {
+        seg.set_first_segment_ops(n_ops);
+        for (int rep = 0; rep < 4; ++rep) {  // direct, direct (seen once), captured, replayed
+            const auto x0 = test::rand_bf16(static_cast<size_t>(K), static_cast<uint32_t>(rep + 11 * n_ops), -2, 2);
+            test::expect_close(row_step(seg, ss, x0, K), row_step(direct, sd, x0, K), 0, 0,
+                               "first segment of " + std::to_string(n_ops) + " ops, run " + std::to_string(rep));
+        }
+    }
+    // Each split gave two graphs (the first segment and the rest), captured once each.
+    EXPECT_GE(seg.graph_stats().captures - captures0, 6);
 }
 
 }  // namespace

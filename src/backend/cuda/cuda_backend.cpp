@@ -63,6 +63,7 @@ CudaBackend::CudaBackend(int dev, DType act) : act_(act) {
     // 8.6 ms); GRIMOIRE_DENSE_STACK=0 runs one GEMM per part (before / after comparisons).
     if (const char* e = std::getenv("GRIMOIRE_DENSE_STACK"); e && std::strcmp(e, "0") == 0) stack_split_ = false;
     if (const char* e = std::getenv("GRIMOIRE_PROMPT_SEGMENT")) prompt_segment_ops_ = std::strtoull(e, nullptr, 10);
+    if (const char* e = std::getenv("GRIMOIRE_FIRST_SEGMENT")) first_segment_ops_ = std::strtoull(e, nullptr, 10);
     name_ = std::string("cuda:") + std::to_string(dev) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
             std::to_string(prop.minor) + ")";
     GRIMOIRE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -263,6 +264,7 @@ void CudaBackend::reset_scratch() {
     mem_->reset_scratch();
     pinned_->reset();
     n_int_slots_ = 0;
+    first_segment_done_ = false;
 }
 
 void CudaBackend::synchronize() {
@@ -348,8 +350,10 @@ void CudaBackend::zero(Tensor& t) {
     batch->ptr[0] = p;
     batch->bytes[0] = n;
     batch->n = 1;
+    const uint64_t flushes_before = flushes_;
     rec("zero", key, [batch](cudaStream_t s) { cuda::zero_ranges(*batch, s); });
-    zero_batch_ = graph_->deferred() ? batch : nullptr;
+    // rec() may have flushed this launch already (a step's first segment): it can take no more ranges then.
+    zero_batch_ = graph_->deferred() && flushes_ == flushes_before ? batch : nullptr;
     zero_seq_ = graph_->epoch();
 }
 

@@ -83,9 +83,15 @@ public:
     void set_stack_split(bool on) { stack_split_ = on; }
     // A prompt's recorded ops are flushed (run, or captured / replayed as their own graph) at the first GEMM
     // after `n` of them, so the GPU starts on the first segment while the host records the rest instead of
-    // idling through the whole step's recording. 0 records the step as one piece (decode steps never split:
-    // they have no cuBLAS GEMM). Default 128; GRIMOIRE_PROMPT_SEGMENT=N sets it.
+    // idling through the whole step's recording. 0 records the step as one piece (decode steps have no cuBLAS
+    // GEMM, so only set_first_segment_ops splits them). Default 128; GRIMOIRE_PROMPT_SEGMENT=N sets it.
     void set_prompt_segment_ops(size_t n) { prompt_segment_ops_ = n; }
+    // Every step (decode included) is also flushed once after its first `n` recorded ops, so the GPU runs them
+    // while the host records the rest of the step: a 27B decode step is ~700 ops, ~0.2 ms of host recording
+    // that otherwise ran before any kernel did. The host records ~25 times faster than the GPU runs them, so
+    // one early flush suffices; the step then replays as two graphs. 0 turns it off. Default 32;
+    // GRIMOIRE_FIRST_SEGMENT=N sets it.
+    void set_first_segment_ops(size_t n) { first_segment_ops_ = n; }
     void add_bias(Tensor& x, const Tensor& bias) override;
 
     // ---- fused ops (decode: one kernel per op, or two/three for the attention and DeltaNet cores; prompts of
@@ -157,6 +163,11 @@ private:
     void rec(const char* tag, uint64_t key, std::function<void(cudaStream_t)> fn) {
         materialize_split();
         graph_->record(key, std::move(fn), tag);
+        if (first_segment_ops_ && !first_segment_done_ && graph_->pending_ops() >= first_segment_ops_ &&
+            graph_->enabled() && !graph_->profiling()) {
+            first_segment_done_ = true;
+            flush_all();
+        }
     }
     void flush_all() const {
         materialize_split();
@@ -209,6 +220,8 @@ private:
     int n_sm_ = 132;
     bool stack_split_ = true;
     size_t prompt_segment_ops_ = 128;
+    size_t first_segment_ops_ = 32;
+    bool first_segment_done_ = false;  // this step's early flush happened (reset by reset_scratch)
     std::optional<uint64_t> random_seed_;
     struct WsBuf {
         void* ptr = nullptr;
