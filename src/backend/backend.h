@@ -60,6 +60,15 @@ public:
         if (staging_.size() < bytes) staging_.resize(bytes);
         return staging_.data();
     }
+    // A device-to-host copy of t into `host` (a host_staging() buffer) that is recorded like an op and so runs
+    // in the step's order without ending it; wait_host(ticket) returns once it has landed. Lets the host use
+    // one part of a step's results while the device still computes the next (final_logits' vocabulary chunks).
+    // Tickets count from 0 at each reset_scratch(). The default copies at once (the CPU backend).
+    virtual int to_host_async(const Tensor& t, void* host) {
+        to_host(t, host);
+        return 0;
+    }
+    virtual void wait_host(int /*ticket*/) {}
     virtual void from_host(Tensor& t, const void* host) = 0;
     virtual void zero(Tensor& t) = 0;
     virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same dtype and element count

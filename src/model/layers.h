@@ -162,7 +162,8 @@ ForwardInputs begin_forward(Backend& be,
                             const Tensor& embed);
 
 // The last n_logits rows of the residual stream x [T, H] act through the final norm and lm_head, into host
-// fp32 logits [n_logits, vocab] (resized; empty when n_logits is 0).
+// fp32 logits [n_logits, vocab] (resized; empty when n_logits is 0). A plain lm_head runs in `chunks` row
+// ranges whose copies to the host and widening overlap the next range's GEMV (0: logit_chunks decides).
 void final_logits(Backend& be,
                   const Tensor& x,
                   const Tensor& norm_w,
@@ -170,7 +171,11 @@ void final_logits(Backend& be,
                   NormKind kind,
                   const Linear& lm_head,
                   int64_t n_logits,
-                  std::vector<float>& logits);
+                  std::vector<float>& logits,
+                  int64_t chunks = 0);
+// Vocabulary chunks for n_logits rows: 4 from 131072 entries, 2 from 65536, else 1, and 1 above 16 rows;
+// GRIMOIRE_LOGIT_CHUNKS=N forces N (1: the single GEMV and copy, for A/B).
+int64_t logit_chunks(int64_t vocab, int64_t n_logits);
 
 // ---- what every decoder here shares ----
 

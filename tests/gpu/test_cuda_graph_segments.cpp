@@ -4,13 +4,16 @@
 // residual stack (GEMM, add + RMSNorm per layer) over device inputs refilled from the host each time, like a
 // forward's token ids. Likewise a one-row step split after its first n ops (set_first_segment_ops: the decode
 // step's early flush), with consecutive zero fills on the boundary (they join one launch only while it is
-// still recorded).
+// still recorded). And final_logits' vocabulary chunks (each copied to the host by to_host_async as soon as
+// its GEMV is done) give the logits of the single GEMV and copy, bit for bit.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "model/layers.h"
+#include "quant/linear.h"
 
 namespace grimoire {
 namespace {
@@ -115,6 +118,40 @@ TEST(CudaGraphSegments, FirstSegmentOfOneRowStepMatchesDirectLaunches) {
     }
     // Each split gave two graphs (the first segment and the rest), captured once each.
     EXPECT_GE(seg.graph_stats().captures - captures0, 6);
+}
+
+TEST(CudaGraphSegments, ChunkedLogitsMatchOneCopy) {
+    GRIMOIRE_REQUIRE_GPU();
+    const int64_t V = 1000, H = 64;  // V: no chunk a multiple of another's rows
+    CudaBackend be(0, DType::BF16);
+    const auto w = test::rand_bf16(static_cast<size_t>(V * H), 501, -0.5f, 0.5f);
+    const auto nw = test::rand_bf16(static_cast<size_t>(H), 502, 0.5f, 1.5f);
+    auto lm = make_dense_linear(test::put(be, w, DType::BF16, {V, H}), Tensor{}, w);
+    const Tensor norm = test::put(be, nw, DType::F32, {H});
+    for (int64_t T : {int64_t{1}, int64_t{3}}) {
+        for (int rep = 0; rep < 4; ++rep) {  // direct, direct (seen once), captured, replayed
+            const auto x0 = test::rand_bf16(static_cast<size_t>(T * H), static_cast<uint32_t>(600 + rep + 10 * T), -2, 2);
+            std::vector<uint16_t> h16(x0.size());
+            for (size_t i = 0; i < x0.size(); ++i) h16[i] = f32_to_bf16(x0[i]);
+            std::vector<float> want;
+            for (int64_t chunks : {int64_t{1}, int64_t{3}, int64_t{7}}) {
+                be.reset_scratch();
+                Tensor x = be.scratch(DType::BF16, {T, H});
+                be.from_host(x, h16.data());
+                std::vector<float> got;
+                final_logits(be, x, norm, 1e-6f, NormKind::PLAIN, *lm, T, got, chunks);
+                ASSERT_EQ(got.size(), static_cast<size_t>(T * V));
+                if (chunks == 1) {
+                    want = got;
+                    continue;
+                }
+                test::expect_close(got, want, 0, 0,
+                                   std::to_string(chunks) + " chunks, T " + std::to_string(T) + ", run " +
+                                       std::to_string(rep));
+            }
+        }
+    }
+    EXPECT_GE(be.graph_stats().replays, 6);
 }
 
 }  // namespace

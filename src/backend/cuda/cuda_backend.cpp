@@ -24,7 +24,8 @@ constexpr int64_t kMaxAttnHeads = 128, kMaxAttnHeadDim = 256;
 // Op identifiers mixed into each recorded launch's key.
 enum Op : uint64_t {
     OP_H2D = 1, OP_ZERO, OP_COPY, OP_EMBED, OP_RMS, OP_RMSG, OP_ADD, OP_SCALE, OP_MULSIG, OP_SILU, OP_COLS, OP_ROPE,
-    OP_ATTN, OP_CONV, OP_GDN, OP_GEMV, OP_GEMM, OP_BIAS, OP_ARGMAX, OP_SAMPLE, OP_SLOT, OP_SPLIT
+    OP_ATTN, OP_CONV, OP_GDN, OP_GEMV, OP_GEMM, OP_BIAS, OP_ARGMAX, OP_SAMPLE, OP_SLOT, OP_SPLIT,
+    OP_D2H
 };
 
 // Rough time of a cuBLAS GEMM [T, K] x [N, K]^T on `n_sm` SMs, in units of one 128x128 output tile's K loop:
@@ -88,6 +89,7 @@ CudaBackend::~CudaBackend() {
     }
     cudaStreamSynchronize(stream_);
     graph_.reset();
+    for (cudaEvent_t e : d2h_events_) cudaEventDestroy(e);
     if (cublas_) cublasDestroy(cublas_);
     pinned_.reset();
     if (staging_host_) cudaFreeHost(staging_host_);
@@ -265,6 +267,7 @@ void CudaBackend::reset_scratch() {
     pinned_->reset();
     n_int_slots_ = 0;
     first_segment_done_ = false;
+    n_d2h_ = 0;
 }
 
 void CudaBackend::synchronize() {
@@ -276,6 +279,30 @@ void CudaBackend::to_host(const Tensor& t, void* host) const {
     flush_all();
     GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(host, t.data, t.nbytes(), cudaMemcpyDeviceToHost, stream_));
     GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+int CudaBackend::to_host_async(const Tensor& t, void* host) {
+    const size_t n = t.nbytes();
+    const int ticket = n_d2h_++;
+    while (d2h_events_.size() <= static_cast<size_t>(ticket)) {
+        cudaEvent_t e;
+        GRIMOIRE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        d2h_events_.push_back(e);
+    }
+    cudaEvent_t ev = d2h_events_[static_cast<size_t>(ticket)];
+    const void* src = t.data;
+    rec("d2h", cuda::KeyHasher().add(OP_D2H).add(host).add(src).add(static_cast<uint64_t>(n)).add(ev).h,
+        [=](cudaStream_t s) {
+            if (n) GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(host, src, n, cudaMemcpyDeviceToHost, s));
+            GRIMOIRE_CUDA_CHECK(cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal));
+        });
+    return ticket;
+}
+
+void CudaBackend::wait_host(int ticket) {
+    if (ticket < 0 || ticket >= n_d2h_) throw Error("cuda wait_host: no such copy in this step");
+    flush_all();
+    GRIMOIRE_CUDA_CHECK(cudaEventSynchronize(d2h_events_[static_cast<size_t>(ticket)]));
 }
 
 void* CudaBackend::host_staging(size_t bytes) {

@@ -55,6 +55,11 @@ public:
     void reset_scratch() override;
     void to_host(const Tensor& t, void* host) const override;
     void* host_staging(size_t bytes) override;
+    // The copy and an event after it are recorded (external event nodes in a captured step); wait_host flushes
+    // the step and waits on that event. `host` must be page-locked (host_staging) for the copy to be
+    // asynchronous and capturable.
+    int to_host_async(const Tensor& t, void* host) override;
+    void wait_host(int ticket) override;
     void from_host(Tensor& t, const void* host) override;
     void zero(Tensor& t) override;
     void copy(const Tensor& src, Tensor& dst) override;
@@ -207,6 +212,8 @@ private:
     size_t attn_ws_bytes_ = 0;
     void* cublas_ws_ = nullptr;
     int* int_slots_ = nullptr;  // device ints for per-step scalars
+    std::vector<cudaEvent_t> d2h_events_;  // to_host_async's events, reused step after step (graph nodes)
+    int n_d2h_ = 0;                        // tickets handed out since reset_scratch
     int n_int_slots_ = 0;
     // device_int's last slot, reused for the same value until the next flush: every attention layer of a step
     // asks for n_past, and each copy was a memcpy node that broke the programmatic-launch chain between the
