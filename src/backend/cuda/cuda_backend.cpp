@@ -294,7 +294,13 @@ int CudaBackend::to_host_async(const Tensor& t, void* host) {
     rec("d2h", cuda::KeyHasher().add(OP_D2H).add(host).add(src).add(static_cast<uint64_t>(n)).add(ev).h,
         [=](cudaStream_t s) {
             if (n) GRIMOIRE_CUDA_CHECK(cudaMemcpyAsync(host, src, n, cudaMemcpyDeviceToHost, s));
-            GRIMOIRE_CUDA_CHECK(cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal));
+            // In a capture the event must be an external node to be waitable from the host; the flag is
+            // refused outside one (cudaErrorIllegalState).
+            cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+            GRIMOIRE_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
+            GRIMOIRE_CUDA_CHECK(cs == cudaStreamCaptureStatusActive
+                                    ? cudaEventRecordWithFlags(ev, s, cudaEventRecordExternal)
+                                    : cudaEventRecord(ev, s));
         });
     return ticket;
 }
