@@ -103,10 +103,13 @@ int main(int argc, char** argv) {
                    2.0 * Hv * dk * dv * 4);
             Tensor xh = S({T, H}), baw = S({2 * Hv, H}, DType::BF16, 0.02f);
             if (cuda::gdn_step_ba_ok(T, dv, baw))
-                report("gdn_core_ba" + t + " (conv + step, b | a folded in)", graph_us(be, reps, [&] {
-                           be.gdn_core_ba(mixed, cw, cst, xh, baw, Al, dtb, st, z, nw, 1e-6f, Hk, o);
-                       }),
-                       2.0 * Hv * dk * dv * 4 + 2.0 * Hv * H * 2);
+                for (bool z_prior : {true, false})  // z read before / after the kernel's wait
+                    report("gdn_core_ba" + t + " (conv + step, b | a folded in" + (z_prior ? ")" : ", z late)"),
+                           graph_us(be, reps, [&] {
+                               be.conv1d_silu(mixed, cw, cst, conv);
+                               be.gdn_core_ba(conv, xh, baw, Al, dtb, st, z, z_prior, nw, 1e-6f, Hk, o);
+                           }),
+                           2.0 * Hv * dk * dv * 4 + 2.0 * Hv * H * 2);
             be.free_persistent(xh);
             be.free_persistent(baw);
         }

@@ -146,15 +146,18 @@ public:
     virtual void gdn_core(const Tensor& mixed, const Tensor& conv_w, Tensor& conv_state, const Tensor& a,
                           const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& state, const Tensor& z,
                           const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out) = 0;
-    // gdn_core with a, b computed inside from x [T, H] (the layer's normed input) and the stacked weight ba_w
-    // [2 Hv, H] (in_proj_b's rows, then in_proj_a's), both rounded to the act dtype as the projection would
-    // store them: one launch and one round trip fewer per layer. The model calls it only where
-    // fuses_gdn_ba(T, ba_w) says so; otherwise it projects b, a and calls gdn_core.
+    // gdn_core after the conv (conv [T, C] = conv1d_silu(mixed), already run: ProjGroup::forward_conv), with a,
+    // b computed inside from x [T, H] (the layer's normed input) and the stacked weight ba_w [2 Hv, H]
+    // (in_proj_b's rows, then in_proj_a's), both rounded to the act dtype as the projection would store them:
+    // one launch and one round trip fewer per layer. z_prior: z was written before the op recorded just before
+    // this one (false when that op wrote z itself: the fused projection + conv), which lets the CUDA kernel
+    // read it before its programmatic-launch wait. The model calls it only where fuses_gdn_ba(T, ba_w) says
+    // so; otherwise it projects b, a and calls gdn_core.
     virtual bool fuses_gdn_ba(int64_t /*T*/, const Tensor& /*ba_w*/) const { return false; }
-    virtual void gdn_core_ba(const Tensor& /*mixed*/, const Tensor& /*conv_w*/, Tensor& /*conv_state*/,
-                             const Tensor& /*x*/, const Tensor& /*ba_w*/, const Tensor& /*A_log*/,
-                             const Tensor& /*dt_bias*/, Tensor& /*state*/, const Tensor& /*z*/, const Tensor& /*norm_w*/,
-                             float /*eps*/, int64_t /*n_k_heads*/, Tensor& /*out*/) {
+    virtual void gdn_core_ba(const Tensor& /*conv*/, const Tensor& /*x*/, const Tensor& /*ba_w*/,
+                             const Tensor& /*A_log*/, const Tensor& /*dt_bias*/, Tensor& /*state*/,
+                             const Tensor& /*z*/, bool /*z_prior*/, const Tensor& /*norm_w*/, float /*eps*/,
+                             int64_t /*n_k_heads*/, Tensor& /*out*/) {
         throw Error(name() + ": gdn_core_ba is not implemented (check fuses_gdn_ba first)");
     }
 

@@ -144,9 +144,11 @@ void gdn_forward(Backend& be, const GdnWeights& w, const GdnConfig& c, const Ten
     if (nu >= 2 && w.in.unit_first(nu - 1) == 2 && w.in.unit_count(nu - 1) == 2) {
         const Tensor* ba = w.in.unit(nu - 1).plain_weight();
         if (ba && be.fuses_gdn_ba(T, *ba)) {
-            std::vector<Tensor> in = w.in.forward(be, x, nu - 1);  // mixed, z
-            be.gdn_core_ba(in[0], w.conv, st.conv_state, x, *ba, w.A_log, w.dt_bias, st.recurrent_state, in[1],
-                           w.norm, c.norm_eps, c.n_k_heads, normed);
+            // conv1d_silu(mixed), z: one pass where the q | k | v | z projection does the conv as it stores
+            bool fused = false;
+            std::vector<Tensor> in = w.in.forward_conv(be, x, nu - 1, w.conv, st.conv_state, &fused);
+            be.gdn_core_ba(in[0], x, *ba, w.A_log, w.dt_bias, st.recurrent_state, in[1], !fused, w.norm, c.norm_eps,
+                           c.n_k_heads, normed);
             w.out->forward(be, normed, out);
             return;
         }

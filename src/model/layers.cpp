@@ -162,6 +162,37 @@ std::vector<Tensor> ProjGroup::forward(Backend& be, const Tensor& x, size_t n_un
     return outs;
 }
 
+std::vector<Tensor> ProjGroup::forward_conv(Backend& be, const Tensor& x, size_t n_units, const Tensor& conv_w,
+                                            Tensor& conv_state, bool* fused) const {
+    const int64_t T = x.rows();
+    const DType act = be.act_dtype();
+    GRIMOIRE_CHECK(!units_.empty() && n_units >= 1, "forward_conv: no projection");
+    const Unit& u0 = units_[0];
+    const bool one = u0.lin->offers_conv(T, conv_w, conv_state);
+    if (fused) *fused = one;
+    if (!one) {
+        std::vector<Tensor> outs = forward(be, x, n_units);
+        Tensor c = be.scratch(act, {T, widths_[0]});
+        be.conv1d_silu(outs[0], conv_w, conv_state, c);
+        outs[0] = c;
+        return outs;
+    }
+    std::vector<Tensor> outs;
+    for (size_t i = u0.first; i < u0.first + u0.count; ++i) outs.push_back(be.scratch(act, {T, widths_[i]}));
+    // The other units first: the op after unit 0's is then the consumer's, as in the unfused order.
+    for (size_t ui = 1; ui < units_.size() && ui < n_units; ++ui) {
+        const Unit& u = units_[ui];
+        const size_t first = outs.size();
+        for (size_t i = u.first; i < u.first + u.count; ++i) outs.push_back(be.scratch(act, {T, widths_[i]}));
+        if (u.count == 1)
+            u.lin->forward(be, x, outs[first]);
+        else
+            u.lin->forward_split(be, x, std::span<Tensor>(outs.data() + first, u.count));
+    }
+    u0.lin->forward_split_conv(be, x, std::span<Tensor>(outs.data(), u0.count), conv_w, conv_state);
+    return outs;
+}
+
 namespace {
 
 bool quant_stacking_enabled() {

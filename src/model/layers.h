@@ -90,6 +90,12 @@ class ProjGroup {
     explicit ProjGroup(std::vector<std::unique_ptr<Linear>> parts);
     // The parts of units [0, n_units) (all by default), in order.
     std::vector<Tensor> forward(Backend& be, const Tensor& x, size_t n_units = SIZE_MAX) const;
+    // forward() with part 0 through Backend::conv1d_silu (conv_w [C, Kc], conv_state [Kc - 1, C] advanced):
+    // one pass where unit 0 offers_conv (Linear::forward_split_conv; the other units then run first), else the
+    // units and then conv1d_silu as its own op. *fused says which (the op writing part 0's result also wrote
+    // the rest of unit 0's parts in the first case).
+    std::vector<Tensor> forward_conv(Backend& be, const Tensor& x, size_t n_units, const Tensor& conv_w,
+                                     Tensor& conv_state, bool* fused = nullptr) const;
     int64_t width(size_t i) const { return widths_[i]; }
     bool is_stacked() const { return units_.size() < widths_.size(); }
     size_t n_units() const { return units_.size(); }  // matmuls one forward launches

@@ -158,6 +158,15 @@ void Linear::forward_glu(Backend& be, const Tensor& x, Tensor& h) const {
     be.silu_mul(parts[0], parts[1], h);
 }
 
+void Linear::forward_split_conv(Backend& be, const Tensor& x, std::span<Tensor> ys, const Tensor& conv_w,
+                                Tensor& conv_state) const {
+    GRIMOIRE_CHECK(!ys.empty(), "forward_split_conv: no parts");
+    std::vector<Tensor> parts(ys.begin(), ys.end());
+    parts[0] = be.scratch(be.act_dtype(), {x.rows(), ys[0].cols()});
+    forward_split(be, x, parts);
+    be.conv1d_silu(parts[0], conv_w, conv_state, ys[0]);
+}
+
 std::unique_ptr<Linear> make_dense_linear(Tensor weight, Tensor bias, std::vector<float> host_ref) {
     return std::make_unique<DenseLinear>(nullptr, weight, bias, std::move(host_ref));
 }

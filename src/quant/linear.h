@@ -47,6 +47,16 @@ public:
     // g, u and Backend::silu_mul, which is what the default forward_glu runs.
     virtual bool offers_glu(int64_t /*rows*/) const { return false; }
     virtual void forward_glu(Backend& be, const Tensor& x, Tensor& h) const;
+    // forward_split whose first part goes through Backend::conv1d_silu on its way out: ys[0] [T, C] receives
+    // conv1d_silu(part 0) with conv_w [C, Kc] (or [C, 1, Kc]) and conv_state [Kc - 1, C] (advanced by the T
+    // rows); the raw part 0 is never stored where offers_conv(T) (the quantized one-row kernel runs each
+    // column's conv step as it stores it, src/kernels/cuda/quant.h QmmParts::conv). Same values as the
+    // default, forward_split into scratch then conv1d_silu.
+    virtual bool offers_conv(int64_t /*rows*/, const Tensor& /*conv_w*/, const Tensor& /*conv_state*/) const {
+        return false;
+    }
+    virtual void forward_split_conv(Backend& be, const Tensor& x, std::span<Tensor> ys, const Tensor& conv_w,
+                                    Tensor& conv_state) const;
 };
 
 // Builds the Linear stored at `prefix` ("model.layers.0.mlp.down_proj"): `prefix.weight` (+ `.bias`) or the

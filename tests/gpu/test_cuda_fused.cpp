@@ -209,7 +209,9 @@ TEST(CudaFused, GdnCorePromptThenDecode) {
 // by gdn_core, both on the CUDA backend with their own states. b and a are rounded to BF16 on both sides but
 // summed in another order, so an element can differ by one BF16 step (2^-8) before the decay's exp: the
 // outputs are held to the BF16 tolerance of this file, the states to 1e-3. Verify-sized steps call
-// gdn_core_ba directly (the model folds only one-token steps, CudaBackend::fuses_gdn_ba).
+// gdn_core_ba directly (the model folds only one-token steps, CudaBackend::fuses_gdn_ba). gdn_core_ba takes the
+// conv's output; steps alternate z_prior (z read before the kernel's programmatic wait, as after a separate conv
+// launch) and not (z read after it, as after the quantized in_proj that did the conv): the same values.
 void gdn_core_ba_case(int64_t H, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, std::initializer_list<int64_t> steps) {
     CudaBackend gpu(0, DType::BF16);
     const int64_t C = 2 * Hk * dk + Hv * dv, K = 4;
@@ -239,9 +241,12 @@ void gdn_core_ba_case(int64_t H, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv,
         gpu.matmul(xg, bag.row_slice(Hv, Hv), at);
         Tensor o_ref = gpu.scratch(DType::BF16, {T, Hv * dv}), o = gpu.scratch(DType::BF16, {T, Hv * dv});
         gpu.gdn_core(mg, cwg, cs[0], at, bt, Ag, dg, st[0], zg, ng, eps, Hk, o_ref);
-        gpu.gdn_core_ba(mg, cwg, cs[1], xg, bag, Ag, dg, st[1], zg, ng, eps, Hk, o);
+        Tensor cv = gpu.scratch(DType::BF16, {T, C});
+        gpu.conv1d_silu(mg, cwg, cs[1], cv);
+        const bool z_prior = (seed & 8) != 0;
+        gpu.gdn_core_ba(cv, xg, bag, Ag, dg, st[1], zg, z_prior, ng, eps, Hk, o);
         const std::string what = "gdn_core_ba H=" + std::to_string(H) + " Hv=" + std::to_string(Hv) + " T=" +
-                                 std::to_string(T);
+                                 std::to_string(T) + (z_prior ? " z_prior" : "");
         expect_close(get(gpu, o), get(gpu, o_ref), 1e-2, 2e-2, what);
         expect_close(get(gpu, st[1]), get(gpu, st[0]), 1e-3, 1e-2, what + " state");
         expect_close(get(gpu, cs[1]), get(gpu, cs[0]), 0, 0, what + " conv state");

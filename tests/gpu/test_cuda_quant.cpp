@@ -262,6 +262,61 @@ TEST(CudaQuantGlu, OnePassEqualsPartsThenSiluMul) {
     }
 }
 
+// The q | k | v | z in_proj of a DeltaNet layer with the conv done as its one-row kernel stores the q | k | v
+// part (Linear::forward_split_conv, quant.h QmmParts::conv): bit for bit the parts stored, then conv1d_silu
+// (Linear's default), for the conv output, z and the conv state, over steps that run direct, captured and
+// replayed, with F32 and BF16 conv weights and the outputs poisoned before each run.
+void check_conv(CudaBackend& gpu, const Linear& lin, int64_t C, DType wdt, std::mt19937& rng, const std::string& what) {
+    const int64_t K = lin.in_features(), Z = lin.out_features() - C, Kc = 4;
+    Tensor cw = test::put(gpu, test::rand_bf16(static_cast<size_t>(C * Kc), rng(), -0.6f, 0.6f), wdt, {C, Kc});
+    const auto s0 = test::rand_bf16(static_cast<size_t>((Kc - 1) * C), rng(), -2, 2);
+    Tensor s_ref = test::put(gpu, s0, DType::BF16, {Kc - 1, C}), s_got = test::put(gpu, s0, DType::BF16, {Kc - 1, C});
+    ASSERT_TRUE(lin.offers_conv(1, cw, s_got)) << what;
+    EXPECT_FALSE(lin.offers_conv(2, cw, s_got)) << what;
+    Tensor c_ref = gpu.alloc_persistent(DType::BF16, {1, C}), z_ref = gpu.alloc_persistent(DType::BF16, {1, Z});
+    Tensor c_got = gpu.alloc_persistent(DType::BF16, {1, C}), z_got = gpu.alloc_persistent(DType::BF16, {1, Z});
+    const std::vector<float> poison_c(static_cast<size_t>(C), NAN), poison_z(static_cast<size_t>(Z), NAN);
+    auto same = [&](const Tensor& a, const Tensor& b, const std::string& which) {
+        const std::vector<float> ga = test::get(gpu, a), gb = test::get(gpu, b);
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < ga.size(); ++i)
+            if (std::memcmp(&ga[i], &gb[i], 4) != 0 && bad++ == 0) first = i;
+        EXPECT_EQ(bad, 0u) << what << " " << which << ": first at " << first << " got " << ga[first] << " want "
+                           << gb[first];
+    };
+    for (int rep = 0; rep < 4; ++rep) {  // direct, direct (seen once), captured, replayed
+        Tensor x = test::put(gpu, test::rand_bf16(static_cast<size_t>(K), rng()), DType::BF16, {1, K});
+        Tensor ref[2] = {c_ref, z_ref}, got[2] = {c_got, z_got};
+        gpu.reset_scratch();
+        lin.Linear::forward_split_conv(gpu, x, ref, cw, s_ref);
+        gpu.from_host(c_got, poison_c.data());
+        gpu.from_host(z_got, poison_z.data());
+        gpu.reset_scratch();
+        lin.forward_split_conv(gpu, x, got, cw, s_got);
+        const std::string r = " rep " + std::to_string(rep);
+        same(c_got, c_ref, "conv out" + r);
+        same(z_got, z_ref, "z" + r);
+        same(s_got, s_ref, "conv state" + r);
+        gpu.free_persistent(x);
+    }
+    for (Tensor* t : {&cw, &s_ref, &s_got, &c_ref, &z_ref, &c_got, &z_got}) gpu.free_persistent(*t);
+}
+
+TEST(CudaQuantConv, OneRowConvEqualsPartsThenConv) {
+    GRIMOIRE_REQUIRE_GPU();
+    std::mt19937 rng(fresh_seed());
+    CudaBackend gpu(0, DType::BF16);
+    // C + Z columns: C not a multiple of 16 (the part boundary inside an n-tile), the 27B layer's shape.
+    for (const auto& [C, Z, K] : {std::tuple<int64_t, int64_t, int64_t>{200, 72, 640}, {10240, 6144, 5120}}) {
+        auto l4 = make_int4_linear(gpu, random_int4(C + Z, K, 128, false, true, 0, rng), Tensor{}, "test int4", 0);
+        check_conv(gpu, *l4, C, DType::F32, rng, "int4 C " + std::to_string(C));
+        auto la = make_int4_linear(gpu, random_int4(C + Z, K, 64, true, false, 1, rng), Tensor{}, "test int4", 0);
+        check_conv(gpu, *la, C, DType::BF16, rng, "int4 asym act-order C " + std::to_string(C));
+        auto l8 = make_fp8_linear(gpu, random_fp8(C + Z, K, true, rng), Tensor{}, "test fp8", 0);
+        check_conv(gpu, *l8, C, DType::F32, rng, "fp8 C " + std::to_string(C));
+    }
+}
+
 // Every fixture layer written by tools/quantize.py: the CUDA linear holds exactly the CPU's weight.
 TEST(CudaQuantFixtures, DeviceWeightsEqualCpuWeights) {
     GRIMOIRE_REQUIRE_GPU();

@@ -783,21 +783,20 @@ bool CudaBackend::fuses_gdn_ba(int64_t T, const Tensor& ba_w) const {
            cuda::gdn_step_ba_ok(T, 0, ba_w);  // dv 0: checked at the call, with the state
 }
 
-void CudaBackend::gdn_core_ba(const Tensor& mixed, const Tensor& conv_w, Tensor& conv_state, const Tensor& x,
-                              const Tensor& ba_w, const Tensor& A_log, const Tensor& dt_bias, Tensor& state,
-                              const Tensor& z, const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out) {
+void CudaBackend::gdn_core_ba(const Tensor& conv, const Tensor& x, const Tensor& ba_w, const Tensor& A_log,
+                              const Tensor& dt_bias, Tensor& state, const Tensor& z, bool z_prior,
+                              const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out) {
     if (state.ndim != 3) throw Error("cuda gdn_core_ba: state must be [Hv, dk, dv]");
-    const int64_t T = mixed.rows();
+    const int64_t T = conv.rows();
     if (!cuda::gdn_step_ba_ok(T, state.dim(2), ba_w) || x.rows() != T || x.cols() != ba_w.dim(1) ||
         ba_w.dim(0) != 2 * state.dim(0))
         throw Error("cuda gdn_core_ba: x [T, H] and ba_w [2 Hv, H] BF16 for T <= 8 tokens on Hopper");
-    Tensor conv = scratch(act_, {T, mixed.cols()});
-    conv1d_silu(mixed, conv_w, conv_state, conv);
     Tensor st = state, o = out;
     rec("gdn_core", cuda::KeyHasher().add(OP_GDN_CORE).add(conv).add(x).add(ba_w).add(A_log).add(dt_bias).add(st)
-                        .add(z).add(norm_w).addf(eps).add(static_cast<uint64_t>(n_k_heads)).add(o).h,
+                        .add(z).add(static_cast<uint64_t>(z_prior)).add(norm_w).addf(eps)
+                        .add(static_cast<uint64_t>(n_k_heads)).add(o).h,
         [=](cudaStream_t s) mutable {
-            cuda::gdn_step_fused_ba(conv, x, ba_w, A_log, dt_bias, st, z, norm_w, eps, n_k_heads, o, s);
+            cuda::gdn_step_fused_ba(conv, x, ba_w, A_log, dt_bias, st, z, z_prior, norm_w, eps, n_k_heads, o, s);
         });
 }
 

@@ -162,7 +162,51 @@ class CudaQuantLinear : public Linear {
         record_parts(cb, x, parts, cuda::KeyHasher().add(kOpQmm).add(x).add(id()).add(h).add(uint64_t{0x474c55}).h);
     }
 
+    bool offers_conv(int64_t rows, const Tensor& conv_w, const Tensor& conv_state) const override {
+        const int64_t Kc = conv_w.ndim >= 2 ? conv_w.dim(conv_w.ndim - 1) : 0;
+        return conv_enabled() && rows == 1 && wdt_ == DType::BF16 && qmm_ok_ && !bias_.data && parts_enabled() &&
+               Kc == cuda::kQmmConvK && conv_state.ndim == 2 && conv_state.dim(0) == Kc - 1 &&
+               conv_w.numel() == conv_state.dim(1) * Kc && cuda::qmm_dtype_code(conv_w.dtype) >= 0 &&
+               cuda::qmm_dtype_code(conv_state.dtype) >= 0 && conv_w.device == Device::CUDA &&
+               conv_state.device == Device::CUDA;
+    }
+    void forward_split_conv(Backend& be, const Tensor& x, std::span<Tensor> ys, const Tensor& conv_w,
+                            Tensor& conv_state) const override {
+        CudaBackend& cb = cuda_of(be);
+        if (!offers_conv(x.rows(), conv_w, conv_state) || ys.empty() ||
+            ys.size() > static_cast<size_t>(cuda::kQmmMaxParts) || ys[0].cols() != conv_state.dim(1))
+            return Linear::forward_split_conv(be, x, ys, conv_w, conv_state);
+        cuda::QmmParts parts;
+        parts.n = static_cast<int>(ys.size());
+        int64_t c0 = 0;
+        for (size_t i = 0; i < ys.size(); ++i) {
+            GRIMOIRE_CHECK(ys[i].rows() == x.rows() && ys[i].dtype == cb.act_dtype(),
+                           "quantized forward_split_conv: parts must be [M, w] of the activation dtype");
+            parts.col[i] = static_cast<int>(c0);
+            parts.data[i] = ys[i].data;
+            c0 += ys[i].cols();
+        }
+        parts.col[ys.size()] = static_cast<int>(c0);
+        GRIMOIRE_CHECK(c0 == N_, "quantized forward_split_conv: parts do not cover the weight");
+        parts.conv = 1, parts.conv_k = cuda::kQmmConvK;
+        parts.conv_w = conv_w.data, parts.conv_wdt = cuda::qmm_dtype_code(conv_w.dtype);
+        parts.conv_state = conv_state.data, parts.conv_sdt = cuda::qmm_dtype_code(conv_state.dtype);
+        cuda::KeyHasher key;
+        key.add(kOpQmm).add(x).add(id()).add(conv_w).add(conv_state).add(uint64_t{0x434f4e56});
+        for (const Tensor& p : ys) key.add(p);
+        record_parts(cb, x, parts, key.h);
+    }
+
   protected:
+    // GRIMOIRE_QMM_CONV=0: the DeltaNet in_proj's q | k | v part is stored and conv1d_silu runs as its own
+    // launch (the A/B of QmmParts::conv).
+    static bool conv_enabled() {
+        static const bool on = [] {
+            const char* e = std::getenv("GRIMOIRE_QMM_CONV");
+            return !(e && e[0] == '0');
+        }();
+        return on;
+    }
     // One small-M launch whose output goes to `parts` (forward_split's parts, forward_glu's h).
     void record_parts(CudaBackend& cb, const Tensor& x, const cuda::QmmParts& parts, uint64_t key) const {
         const cuda::QmmWorkspace ws = workspace(cb);

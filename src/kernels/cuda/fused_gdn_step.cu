@@ -52,6 +52,7 @@ struct StepArgs {
     int64_t T, C, Hk, Hv, dk, dv, H;
     float eps;
     int prewait;  // split kernel: z, the norm weight and (one token) b | a in one round before the wait
+    int zlate;    // z was written by this kernel's predecessor (gdn_step_fused_ba z_prior false): after the wait
 };
 }  // namespace
 
@@ -351,8 +352,9 @@ static __global__ void __launch_bounds__(kRowGroups * kSplitCols) gdn_step_split
     __shared__ float ab_part[2][kTile][kWarps];
     if (p.x) ba_project<kWarps>(p, h, ab_s, ab_part);
     // z of the first tile and the norm weight of the lane's column before the wait too: z is the in_proj
-    // output, which completed before the conv kernel (this kernel's predecessor) passed its own wait.
-    if (p.prewait) {
+    // output, which completed before the conv kernel (this kernel's predecessor) passed its own wait. Not when
+    // the in_proj kernel did the conv itself and so is the predecessor (zlate).
+    if (p.prewait && !p.zlate) {
         const int nt0 = static_cast<int>(p.T < kTile ? p.T : kTile);
         for (int i = tid; i < nt0 * kSplitCols; i += blockDim.x) {
             const int t = i / kSplitCols, c = i % kSplitCols;
@@ -366,7 +368,7 @@ static __global__ void __launch_bounds__(kRowGroups * kSplitCols) gdn_step_split
         const int nt = static_cast<int>(p.T - t0 < kTile ? p.T - t0 : kTile);
         const bool last_tile = t0 + kTile >= p.T;
         // q, k: every block of the cluster reads them
-        load_tile(p, m, t0, nt, h, kh, c0, p.x ? ab_s : nullptr, t0 == 0 && p.prewait);
+        load_tile(p, m, t0, nt, h, kh, c0, p.x ? ab_s : nullptr, t0 == 0 && p.prewait && !p.zlate);
         __syncthreads();
         if (warp < nt) token_scalars(m, warp, lane, dk, A, dtb);
         __syncthreads();
@@ -502,9 +504,10 @@ bool gdn_step_ba_ok(int64_t T, int64_t dv, const Tensor& ba_w) {
 }
 
 void gdn_step_fused_ba(const Tensor& conv, const Tensor& x, const Tensor& ba_w, const Tensor& A_log,
-                       const Tensor& dt_bias, Tensor& state, const Tensor& z, const Tensor& norm_w, float eps,
-                       int64_t n_k_heads, Tensor& out, cudaStream_t s) {
+                       const Tensor& dt_bias, Tensor& state, const Tensor& z, bool z_prior, const Tensor& norm_w,
+                       float eps, int64_t n_k_heads, Tensor& out, cudaStream_t s) {
     StepArgs p = step_args(conv, A_log, dt_bias, state, z, norm_w, eps, n_k_heads, out);
+    p.zlate = z_prior ? 0 : 1;
     if (!gdn_step_ba_ok(p.T, p.dv, ba_w) || x.dtype != DType::BF16 || x.rows() != p.T || x.cols() != ba_w.dim(1) ||
         ba_w.dim(0) != 2 * p.Hv || (reinterpret_cast<uintptr_t>(x.data) & 15) != 0)
         throw Error("cuda gdn_core_ba: x [T, H] and ba [2 Hv, H] BF16 (16-byte aligned, H a multiple of 8) for "

@@ -107,9 +107,10 @@ void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const 
                     cudaStream_t s);
 // The same with b, a [T, Hv] computed in the kernel as x [T, H] @ ba_w^T (ba_w [2 Hv, H]: b's rows, then a's;
 // BF16, H a multiple of 8), rounded to x's dtype (Backend::gdn_core_ba). Only where gdn_step_ba_ok says so.
+// z_prior: z's writer ran before this kernel's predecessor, so z may be read before the programmatic wait.
 bool gdn_step_ba_ok(int64_t T, int64_t dv, const Tensor& ba_w);
 void gdn_step_fused_ba(const Tensor& conv, const Tensor& x, const Tensor& ba_w, const Tensor& A_log,
-                       const Tensor& dt_bias, Tensor& state, const Tensor& z, const Tensor& norm_w, float eps,
-                       int64_t n_k_heads, Tensor& out, cudaStream_t s);
+                       const Tensor& dt_bias, Tensor& state, const Tensor& z, bool z_prior, const Tensor& norm_w,
+                       float eps, int64_t n_k_heads, Tensor& out, cudaStream_t s);
 
 }  // namespace grimoire::cuda

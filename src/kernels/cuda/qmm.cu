@@ -425,6 +425,8 @@ bool qmm_prepare(const char* op,
         for (int i = 0; i < parts->n; ++i)
             if (parts->col[i + 1] <= parts->col[i] || !parts->data[i])
                 throw Error(std::string("cuda ") + op + ": part " + std::to_string(i) + " is empty");
+        if (parts->conv && (M != 1 || parts->glu || !parts->conv_w || !parts->conv_state || parts->conv_k != kQmmConvK))
+            throw Error(std::string("cuda ") + op + ": conv parts need one row, a conv weight and state, 4 taps");
         a.parts = *parts;
     }
 #ifdef GRIMOIRE_QMM_TRACE
@@ -450,6 +452,10 @@ bool qmm_prepare(const char* op,
         a.x = xb;
     }
     return true;
+}
+
+int qmm_dtype_code(DType t) {
+    return t == DType::F32 ? kF32 : t == DType::BF16 ? kBF16 : t == DType::F16 ? kF16 : -1;
 }
 
 bool qmm_glu_ok(bool fp8, bool asym, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G) {

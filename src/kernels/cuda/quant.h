@@ -57,11 +57,23 @@ constexpr int kQmmMaxParts = 8;
 // glu = 1 (a stacked [gate; up] weight, N = 2 I): one part, data[0] = h [M, I] = silu(g) * u with g, u the two
 // halves of y rounded to y's dtype as stored parts would be, the same formula as silu_mul (the halves never
 // leave the kernel: each block pairs gate n-tile t with up n-tile t + NT / 2). Only where qmm_glu_ok says so.
+//
+// conv = 1 (one row: the q | k | v part of a Gated DeltaNet in_proj): part 0's columns go through the depthwise
+// causal conv + SiLU as they are stored. With C = part 0's width: data[0] [1, C] = silu(sum_j conv_w[c][j] *
+// row_j) over the conv_k - 1 rows of conv_state [conv_k - 1, C] (oldest first) and this row (rounded to y's
+// dtype as a stored part would be), and conv_state moves on by this row: conv1d_silu's step kernel, same
+// formula and order. conv_wdt / conv_sdt are kernel dtype codes (common.cuh dt_code); conv_k must be kQmmConvK.
+constexpr int kQmmConvK = 4;
+// The kernel dtype code of F32 / BF16 / F16 (for QmmParts::conv_wdt / conv_sdt), or -1.
+int qmm_dtype_code(DType t);
 struct QmmParts {
     int n = 0;
     int col[kQmmMaxParts + 1] = {};
     void* data[kQmmMaxParts] = {};
     int glu = 0;
+    int conv = 0, conv_k = 0, conv_wdt = 0, conv_sdt = 0;
+    const void* conv_w = nullptr;  // [C, conv_k]
+    void* conv_state = nullptr;    // [conv_k - 1, C]
 };
 // Whether qmm_int4 / qmm_fp8 take glu parts for M rows of an [N, K] weight with these scale groups: the
 // one-pass kernel with two-tile blocks (N a multiple of 32; FP8 2..8 rows).

@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fused_util.cuh"
 #include "kernels/cuda/quant.h"
 #include "quant/tile_layout.h"
 
@@ -276,6 +277,26 @@ __device__ __forceinline__ void zero_acc(float (&acc)[NTW][MT][4], float (&cur)[
             for (int e = 0; e < 4; ++e) acc[j][m][e] = cur[j][m][e] = 0.0f;
 }
 
+// Column n of a one-row conv part (QmmParts::conv; C channels): conv1d_silu's step kernel for that channel, the
+// same formula and order. Out of line: every qmm kernel stores through store_y, and inlined this doubled the
+// kernels' code; it runs once per stored column, only in the launches that ask for it.
+static __device__ __noinline__ void conv_store(void* out, int odt, const void* cw, int wdt, void* state, int sdt,
+                                               int C, int n, float v) {
+    constexpr int K = kQmmConvK;  // the models' 4 taps: the window stays in registers
+    float rows[K], wc[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) wc[j] = ld(cw, wdt, static_cast<int64_t>(n) * K + j);
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) rows[j] = ld(state, sdt, static_cast<int64_t>(j) * C + n);
+    rows[K - 1] = round_as(odt, v);
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < K; ++j) acc += wc[j] * rows[j];
+    st(out, odt, n, acc * sigmoidf_(acc));
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) st(state, sdt, static_cast<int64_t>(j) * C + n, rows[j + 1]);
+}
+
 // y[tok][n], or its place in the part holding column n when the output is a stacked group's parts.
 __device__ __forceinline__ void store_y(const Args& a, int tok, int n, float v) {
     if (a.parts.n == 0) {
@@ -285,6 +306,11 @@ __device__ __forceinline__ void store_y(const Args& a, int tok, int n, float v) 
     int p = 0;
     while (p + 1 < a.parts.n && n >= a.parts.col[p + 1]) ++p;
     const int c0 = a.parts.col[p], w = a.parts.col[p + 1] - c0;
+    if (a.parts.conv && p == 0) {  // one row (QmmParts::conv): this column's conv step
+        conv_store(a.parts.data[0], a.ydt, a.parts.conv_w, a.parts.conv_wdt, a.parts.conv_state, a.parts.conv_sdt, w,
+                   n, v);
+        return;
+    }
     st(a.parts.data[p], a.ydt, static_cast<int64_t>(tok) * w + (n - c0), v);
 }
 
