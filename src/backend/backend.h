@@ -154,6 +154,13 @@ public:
     // read it before its programmatic-launch wait. The model calls it only where fuses_gdn_ba(T, ba_w) says
     // so; otherwise it projects b, a and calls gdn_core.
     virtual bool fuses_gdn_ba(int64_t /*T*/, const Tensor& /*ba_w*/) const { return false; }
+    // gdn_core after the conv (conv [T, C] = conv1d_silu(mixed), already run: ProjGroup::forward_conv), a and b
+    // given; z_prior as for gdn_core_ba. The default is the unfused sequence from the conv on.
+    virtual void gdn_core_conv(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                               const Tensor& dt_bias, Tensor& state, const Tensor& z, bool /*z_prior*/,
+                               const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out) {
+        gdn_after_conv_unfused(conv, a, b, A_log, dt_bias, state, z, norm_w, eps, n_k_heads, out);
+    }
     virtual void gdn_core_ba(const Tensor& /*conv*/, const Tensor& /*x*/, const Tensor& /*ba_w*/,
                              const Tensor& /*A_log*/, const Tensor& /*dt_bias*/, Tensor& /*state*/,
                              const Tensor& /*z*/, bool /*z_prior*/, const Tensor& /*norm_w*/, float /*eps*/,
@@ -170,6 +177,9 @@ protected:
     void gdn_core_unfused(const Tensor& mixed, const Tensor& conv_w, Tensor& conv_state, const Tensor& a,
                           const Tensor& b, const Tensor& A_log, const Tensor& dt_bias, Tensor& state, const Tensor& z,
                           const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out);
+    void gdn_after_conv_unfused(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                                const Tensor& dt_bias, Tensor& state, const Tensor& z, const Tensor& norm_w, float eps,
+                                int64_t n_k_heads, Tensor& out);
 
   private:
     std::vector<uint8_t> staging_;  // host_staging's buffer where the backend has no page-locked one

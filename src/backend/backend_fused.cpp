@@ -38,9 +38,19 @@ void Backend::gdn_core_unfused(const Tensor& mixed, const Tensor& conv_w, Tensor
     const int64_t T = mixed.rows(), C = mixed.cols(), Hv = state.dim(0), dk = state.dim(1), dv = state.dim(2);
     const int64_t Hk = n_k_heads, key = Hk * dk;
     if (Hk <= 0 || C != 2 * key + Hv * dv) throw Error("gdn_core: mixed is not [T, 2 Hk dk + Hv dv]");
-    const DType act = act_dtype();
-    Tensor conv = scratch(act, {T, C});
+    Tensor conv = scratch(act_dtype(), {T, C});
     conv1d_silu(mixed, conv_w, conv_state, conv);
+    gdn_after_conv_unfused(conv, a, b, A_log, dt_bias, state, z, norm_w, eps, n_k_heads, out);
+}
+
+void Backend::gdn_after_conv_unfused(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                                     const Tensor& dt_bias, Tensor& state, const Tensor& z, const Tensor& norm_w,
+                                     float eps, int64_t n_k_heads, Tensor& out) {
+    if (state.ndim != 3) throw Error("gdn_core: state must be [Hv, dk, dv]");
+    const int64_t T = conv.rows(), C = conv.cols(), Hv = state.dim(0), dk = state.dim(1), dv = state.dim(2);
+    const int64_t Hk = n_k_heads, key = Hk * dk;
+    if (Hk <= 0 || C != 2 * key + Hv * dv) throw Error("gdn_core: conv is not [T, 2 Hk dk + Hv dv]");
+    const DType act = act_dtype();
     Tensor q = scratch(act, {T, key}), k = scratch(act, {T, key}), v = scratch(act, {T, Hv * dv});
     copy_cols(conv, 0, q);
     copy_cols(conv, key, k);

@@ -153,6 +153,14 @@ void gdn_forward(Backend& be, const GdnWeights& w, const GdnConfig& c, const Ten
             return;
         }
     }
+    if (w.in.unit(0).offers_conv(T, w.conv, st.conv_state)) {  // a verify step: projection and conv in one pass
+        bool fused = false;
+        std::vector<Tensor> in = w.in.forward_conv(be, x, SIZE_MAX, w.conv, st.conv_state, &fused);
+        be.gdn_core_conv(in[0], in[3], in[2], w.A_log, w.dt_bias, st.recurrent_state, in[1], !fused, w.norm,
+                         c.norm_eps, c.n_k_heads, normed);
+        w.out->forward(be, normed, out);
+        return;
+    }
     std::vector<Tensor> in = w.in.forward(be, x);
     Tensor &mixed = in[0], &z = in[1], &b = in[2], &a = in[3];
     // conv + SiLU, the q | k | v split, the recurrence and the gated RMSNorm per value head (over dv).

@@ -262,8 +262,9 @@ TEST(CudaQuantGlu, OnePassEqualsPartsThenSiluMul) {
     }
 }
 
-// The q | k | v | z in_proj of a DeltaNet layer with the conv done as its one-row kernel stores the q | k | v
-// part (Linear::forward_split_conv, quant.h QmmParts::conv): bit for bit the parts stored, then conv1d_silu
+// The q | k | v | z in_proj of a DeltaNet layer with the conv done as the kernel stores the q | k | v part
+// (Linear::forward_split_conv, quant.h QmmParts::conv; one row on every kernel, 2..16 rows on the one-pass
+// kernel, a thread per column running its rows in order): bit for bit the parts stored, then conv1d_silu
 // (Linear's default), for the conv output, z and the conv state, over steps that run direct, captured and
 // replayed, with F32 and BF16 conv weights and the outputs poisoned before each run.
 void check_conv(CudaBackend& gpu, const Linear& lin, int64_t C, DType wdt, std::mt19937& rng, const std::string& what) {
@@ -271,11 +272,6 @@ void check_conv(CudaBackend& gpu, const Linear& lin, int64_t C, DType wdt, std::
     Tensor cw = test::put(gpu, test::rand_bf16(static_cast<size_t>(C * Kc), rng(), -0.6f, 0.6f), wdt, {C, Kc});
     const auto s0 = test::rand_bf16(static_cast<size_t>((Kc - 1) * C), rng(), -2, 2);
     Tensor s_ref = test::put(gpu, s0, DType::BF16, {Kc - 1, C}), s_got = test::put(gpu, s0, DType::BF16, {Kc - 1, C});
-    ASSERT_TRUE(lin.offers_conv(1, cw, s_got)) << what;
-    EXPECT_FALSE(lin.offers_conv(2, cw, s_got)) << what;
-    Tensor c_ref = gpu.alloc_persistent(DType::BF16, {1, C}), z_ref = gpu.alloc_persistent(DType::BF16, {1, Z});
-    Tensor c_got = gpu.alloc_persistent(DType::BF16, {1, C}), z_got = gpu.alloc_persistent(DType::BF16, {1, Z});
-    const std::vector<float> poison_c(static_cast<size_t>(C), NAN), poison_z(static_cast<size_t>(Z), NAN);
     auto same = [&](const Tensor& a, const Tensor& b, const std::string& which) {
         const std::vector<float> ga = test::get(gpu, a), gb = test::get(gpu, b);
         size_t bad = 0, first = 0;
@@ -284,22 +280,31 @@ void check_conv(CudaBackend& gpu, const Linear& lin, int64_t C, DType wdt, std::
         EXPECT_EQ(bad, 0u) << what << " " << which << ": first at " << first << " got " << ga[first] << " want "
                            << gb[first];
     };
-    for (int rep = 0; rep < 4; ++rep) {  // direct, direct (seen once), captured, replayed
-        Tensor x = test::put(gpu, test::rand_bf16(static_cast<size_t>(K), rng()), DType::BF16, {1, K});
-        Tensor ref[2] = {c_ref, z_ref}, got[2] = {c_got, z_got};
-        gpu.reset_scratch();
-        lin.Linear::forward_split_conv(gpu, x, ref, cw, s_ref);
-        gpu.from_host(c_got, poison_c.data());
-        gpu.from_host(z_got, poison_z.data());
-        gpu.reset_scratch();
-        lin.forward_split_conv(gpu, x, got, cw, s_got);
-        const std::string r = " rep " + std::to_string(rep);
-        same(c_got, c_ref, "conv out" + r);
-        same(z_got, z_ref, "z" + r);
-        same(s_got, s_ref, "conv state" + r);
-        gpu.free_persistent(x);
+    ASSERT_TRUE(lin.offers_conv(1, cw, s_got)) << what;
+    EXPECT_FALSE(lin.offers_conv(17, cw, s_got)) << what;
+    for (int64_t M : {1, 2, 3, 8, 16}) {
+        if (!lin.offers_conv(M, cw, s_got)) continue;  // then the model runs Linear's default, the reference here
+        Tensor c_ref = gpu.alloc_persistent(DType::BF16, {M, C}), z_ref = gpu.alloc_persistent(DType::BF16, {M, Z});
+        Tensor c_got = gpu.alloc_persistent(DType::BF16, {M, C}), z_got = gpu.alloc_persistent(DType::BF16, {M, Z});
+        const std::vector<float> poison_c(static_cast<size_t>(M * C), NAN), poison_z(static_cast<size_t>(M * Z), NAN);
+        for (int rep = 0; rep < 4; ++rep) {  // direct, direct (seen once), captured, replayed
+            Tensor x = test::put(gpu, test::rand_bf16(static_cast<size_t>(M * K), rng()), DType::BF16, {M, K});
+            Tensor ref[2] = {c_ref, z_ref}, got[2] = {c_got, z_got};
+            gpu.reset_scratch();
+            lin.Linear::forward_split_conv(gpu, x, ref, cw, s_ref);
+            gpu.from_host(c_got, poison_c.data());
+            gpu.from_host(z_got, poison_z.data());
+            gpu.reset_scratch();
+            lin.forward_split_conv(gpu, x, got, cw, s_got);
+            const std::string r = " M " + std::to_string(M) + " rep " + std::to_string(rep);
+            same(c_got, c_ref, "conv out" + r);
+            same(z_got, z_ref, "z" + r);
+            same(s_got, s_ref, "conv state" + r);
+            gpu.free_persistent(x);
+        }
+        for (Tensor* t : {&c_ref, &z_ref, &c_got, &z_got}) gpu.free_persistent(*t);
     }
-    for (Tensor* t : {&cw, &s_ref, &s_got, &c_ref, &z_ref, &c_got, &z_got}) gpu.free_persistent(*t);
+    for (Tensor* t : {&cw, &s_ref, &s_got}) gpu.free_persistent(*t);
 }
 
 TEST(CudaQuantConv, OneRowConvEqualsPartsThenConv) {

@@ -770,6 +770,24 @@ void CudaBackend::gdn_core(const Tensor& mixed, const Tensor& conv_w, Tensor& co
                    });
 }
 
+void CudaBackend::gdn_core_conv(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log,
+                                const Tensor& dt_bias, Tensor& state, const Tensor& z, bool z_prior,
+                                const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out) {
+    if (state.ndim != 3) throw Error("cuda gdn_core: state must be [Hv, dk, dv]");
+    const int64_t T = conv.rows(), Hv = state.dim(0), dk = state.dim(1), dv = state.dim(2);
+    if (!fused_enabled() || cuda::gated_delta_rule_ws_bytes(T, Hv, dk, dv, act_) > 0) {
+        Backend::gdn_core_conv(conv, a, b, A_log, dt_bias, state, z, z_prior, norm_w, eps, n_k_heads, out);
+        return;
+    }
+    Tensor st = state, o = out;
+    rec("gdn_core", cuda::KeyHasher().add(OP_GDN_CORE).add(conv).add(a).add(b).add(A_log).add(dt_bias).add(st).add(z)
+                       .add(static_cast<uint64_t>(z_prior)).add(norm_w).addf(eps).add(static_cast<uint64_t>(n_k_heads))
+                       .add(o).h,
+        [=](cudaStream_t s) mutable {
+            cuda::gdn_step_fused(conv, a, b, A_log, dt_bias, st, z, norm_w, eps, n_k_heads, o, s, z_prior);
+        });
+}
+
 // One-token decode steps on Hopper: the b | a GEMV folded into the recurrence kernel (GRIMOIRE_GDN_BA=0: the
 // separate GEMV, for A/B runs). The kernel takes up to 8 tokens, but a 4-token verify step measured 2% slower
 // with it (the block's 8 dot products of 5120 then sit in front of the recurrence) while one token gained

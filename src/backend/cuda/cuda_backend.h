@@ -109,6 +109,9 @@ public:
                   const Tensor& A_log, const Tensor& dt_bias, Tensor& state, const Tensor& z, const Tensor& norm_w,
                   float eps, int64_t n_k_heads, Tensor& out) override;
     bool fuses_gdn_ba(int64_t T, const Tensor& ba_w) const override;
+    void gdn_core_conv(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
+                       Tensor& state, const Tensor& z, bool z_prior, const Tensor& norm_w, float eps, int64_t n_k_heads,
+                       Tensor& out) override;
     void gdn_core_ba(const Tensor& conv, const Tensor& x, const Tensor& ba_w, const Tensor& A_log,
                      const Tensor& dt_bias, Tensor& state, const Tensor& z, bool z_prior, const Tensor& norm_w,
                      float eps, int64_t n_k_heads, Tensor& out) override;

@@ -164,7 +164,7 @@ class CudaQuantLinear : public Linear {
 
     bool offers_conv(int64_t rows, const Tensor& conv_w, const Tensor& conv_state) const override {
         const int64_t Kc = conv_w.ndim >= 2 ? conv_w.dim(conv_w.ndim - 1) : 0;
-        return conv_enabled() && rows == 1 && wdt_ == DType::BF16 && qmm_ok_ && !bias_.data && parts_enabled() &&
+        return conv_enabled() && conv_ok(rows) && wdt_ == DType::BF16 && qmm_ok_ && !bias_.data && parts_enabled() &&
                Kc == cuda::kQmmConvK && conv_state.ndim == 2 && conv_state.dim(0) == Kc - 1 &&
                conv_w.numel() == conv_state.dim(1) * Kc && cuda::qmm_dtype_code(conv_w.dtype) >= 0 &&
                cuda::qmm_dtype_code(conv_state.dtype) >= 0 && conv_w.device == Device::CUDA &&
@@ -223,6 +223,7 @@ class CudaQuantLinear : public Linear {
         return on;
     }
     virtual bool glu_ok(int64_t M) const = 0;
+    virtual bool conv_ok(int64_t M) const = 0;
     // GRIMOIRE_QMM_PARTS=0: stacked groups at M <= 16 write [M, N] and split it with split_cols (a benchmark
     // variant; the default writes the parts from the kernel).
     static bool parts_enabled() {
@@ -314,6 +315,9 @@ class CudaInt4Linear final : public CudaQuantLinear {
     bool glu_ok(int64_t M) const override {
         return cuda::qmm_glu_ok(false, d_.zeros != nullptr, M, d_.N, d_.K, d_.group_size, d_.G);
     }
+    bool conv_ok(int64_t M) const override {
+        return cuda::qmm_conv_ok(false, d_.zeros != nullptr, M, d_.N, d_.K, d_.group_size, d_.G);
+    }
     cuda::Int4Dev d_;
 };
 
@@ -364,6 +368,7 @@ class CudaFp8Linear final : public CudaQuantLinear {
     }
     void run_dequant(void* out, DType dt, cudaStream_t s) const override { cuda::dequant_fp8(d_, out, dt, s); }
     bool glu_ok(int64_t M) const override { return cuda::qmm_glu_ok(true, false, M, d_.N, d_.K, d_.bk, d_.SG); }
+    bool conv_ok(int64_t M) const override { return cuda::qmm_conv_ok(true, false, M, d_.N, d_.K, d_.bk, d_.SG); }
     cuda::Fp8Dev d_;
 };
 

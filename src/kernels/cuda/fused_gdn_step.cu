@@ -481,9 +481,10 @@ StepArgs step_args(const Tensor& conv, const Tensor& A_log, const Tensor& dt_bia
 
 void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
                     Tensor& state, const Tensor& z, const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out,
-                    cudaStream_t s) {
+                    cudaStream_t s, bool z_prior) {
     const char* op = "gdn_core";
     StepArgs p = step_args(conv, A_log, dt_bias, state, z, norm_w, eps, n_k_heads, out);
+    p.zlate = z_prior ? 0 : 1;  // only the split kernel reads z before its wait
     if (a.numel() != p.T * p.Hv || b.numel() != p.T * p.Hv) throw Error("cuda gdn_core: a, b must be [T, Hv]");
     if (p.T == 0) return;
     p.a = a.data; p.adt = dt_code(a.dtype, op, "a");

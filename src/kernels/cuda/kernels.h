@@ -101,10 +101,11 @@ void gated_attention_prefill(const Tensor& qg, const Tensor& k, const Tensor& v,
                              Tensor& q_ws, Tensor& out, cudaStream_t s, int64_t qg_stride = 0,
                              int64_t kv_stride = 0);
 // Backend::gdn_core after the conv: the token-by-token recurrence reading q | k | v from conv [T, C], with the
-// gated RMSNorm applied, into out [T, Hv * dv]. For short T (the chunked form is for prompts).
+// gated RMSNorm applied, into out [T, Hv * dv]. For short T (the chunked form is for prompts). z_prior false:
+// z was written by this kernel's predecessor (the projection that also did the conv), so read after the wait.
 void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
                     Tensor& state, const Tensor& z, const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out,
-                    cudaStream_t s);
+                    cudaStream_t s, bool z_prior = true);
 // The same with b, a [T, Hv] computed in the kernel as x [T, H] @ ba_w^T (ba_w [2 Hv, H]: b's rows, then a's;
 // BF16, H a multiple of 8), rounded to x's dtype (Backend::gdn_core_ba). Only where gdn_step_ba_ok says so.
 // z_prior: z's writer ran before this kernel's predecessor, so z may be read before the programmatic wait.

@@ -425,8 +425,8 @@ bool qmm_prepare(const char* op,
         for (int i = 0; i < parts->n; ++i)
             if (parts->col[i + 1] <= parts->col[i] || !parts->data[i])
                 throw Error(std::string("cuda ") + op + ": part " + std::to_string(i) + " is empty");
-        if (parts->conv && (M != 1 || parts->glu || !parts->conv_w || !parts->conv_state || parts->conv_k != kQmmConvK))
-            throw Error(std::string("cuda ") + op + ": conv parts need one row, a conv weight and state, 4 taps");
+        if (parts->conv && (parts->glu || !parts->conv_w || !parts->conv_state || parts->conv_k != kQmmConvK))
+            throw Error(std::string("cuda ") + op + ": conv parts need a conv weight and state, 4 taps, no glu");
         a.parts = *parts;
     }
 #ifdef GRIMOIRE_QMM_TRACE
@@ -439,6 +439,8 @@ bool qmm_prepare(const char* op,
     const int xdt = dt_code(x.dtype, op, "x");
     uint16_t* xb = reinterpret_cast<uint16_t*>(reinterpret_cast<char*>(ws.partials) + partials_region());
     const bool qmv = qmv_route(a, fp8, asym, forced);
+    if (a.parts.conv && M > 1 && !qmv)
+        throw Error(std::string("cuda ") + op + ": conv parts for several rows need the one-pass kernel (qmm_conv_ok)");
     const bool direct = xdt == kBF16 && perm == nullptr && (reinterpret_cast<uintptr_t>(x.data) & 15) == 0 &&
                         (qmv ? K % (a.M == 1 ? 8 : 64) == 0 : !permuted && K % 8 == 0);
     if (direct) {
@@ -456,6 +458,19 @@ bool qmm_prepare(const char* op,
 
 int qmm_dtype_code(DType t) {
     return t == DType::F32 ? kF32 : t == DType::BF16 ? kBF16 : t == DType::F16 ? kF16 : -1;
+}
+
+bool qmm_conv_ok(bool fp8, bool asym, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G) {
+    if (M < 1 || M > kQmmMaxM || N <= 0 || !qmm_supported(group_size, G)) return false;
+    if (M == 1) return true;  // every kernel stores one row's columns through store_y
+    qmm::Args a{};
+    a.N = static_cast<int>(N), a.K = static_cast<int>(K), a.NT = static_cast<int>((N + 15) / 16);
+    a.KC = static_cast<int>((K + 63) / 64), a.M = static_cast<int>(M);
+    a.G = static_cast<int>(G < 1 ? 1 : G);
+    a.gs = static_cast<int>(G <= 1 ? K : group_size);
+    a.gpc = G <= 1 || group_size >= 64 ? 1 : static_cast<int>(64 / group_size);
+    a.ssz = fp8 ? 4 : 2;
+    return qmv_route(a, fp8, asym, 0);
 }
 
 bool qmm_glu_ok(bool fp8, bool asym, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G) {

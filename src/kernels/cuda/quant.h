@@ -66,6 +66,9 @@ constexpr int kQmmMaxParts = 8;
 constexpr int kQmmConvK = 4;
 // The kernel dtype code of F32 / BF16 / F16 (for QmmParts::conv_wdt / conv_sdt), or -1.
 int qmm_dtype_code(DType t);
+// Whether qmm_int4 / qmm_fp8 take conv parts for M rows: one row on every kernel, 2..16 rows on the one-pass
+// kernel (its blocks own their columns over all rows).
+bool qmm_conv_ok(bool fp8, bool asym, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G);
 struct QmmParts {
     int n = 0;
     int col[kQmmMaxParts + 1] = {};

@@ -608,6 +608,46 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             }
             return;
         }
+        if constexpr (MULTI) {
+            if (a.parts.conv) {  // QmmParts::conv for 1..16 rows: a thread per column runs its tokens in order
+                for (int col = static_cast<int>(threadIdx.x); col < NTB * 16; col += kQmvThreads) {
+                    const int n = tb * NTB * 16 + col;
+                    if (n >= a.N) continue;
+                    if (n >= a.parts.col[1]) {  // the other parts: stored as they are
+                        for (int tok = 0; tok < a.M; ++tok) {
+                            float sum = 0.0f;
+#pragma unroll
+                            for (int w = 0; w < kQmvWarps; ++w) sum += red[buf][w][tok][col];
+                            store_y(a, tok, n, sum);
+                        }
+                        continue;
+                    }
+                    // conv1d_silu's step kernel for channel n over the a.M rows, same formula and order
+                    constexpr int KC4 = kQmmConvK;
+                    const int C = a.parts.col[1];
+                    float wc[KC4], rows[KC4];
+#pragma unroll
+                    for (int j = 0; j < KC4; ++j) wc[j] = ld(a.parts.conv_w, a.parts.conv_wdt, static_cast<int64_t>(n) * KC4 + j);
+#pragma unroll
+                    for (int j = 0; j < KC4 - 1; ++j) rows[j] = ld(a.parts.conv_state, a.parts.conv_sdt, static_cast<int64_t>(j) * C + n);
+                    for (int tok = 0; tok < a.M; ++tok) {
+                        float sum = 0.0f;
+#pragma unroll
+                        for (int w = 0; w < kQmvWarps; ++w) sum += red[buf][w][tok][col];
+                        rows[KC4 - 1] = round_as(a.ydt, sum);
+                        float acc = 0.0f;
+#pragma unroll
+                        for (int j = 0; j < KC4; ++j) acc += wc[j] * rows[j];
+                        st(a.parts.data[0], a.ydt, static_cast<int64_t>(tok) * C + n, acc * sigmoidf_(acc));
+#pragma unroll
+                        for (int j = 0; j + 1 < KC4; ++j) rows[j] = rows[j + 1];
+                    }
+#pragma unroll
+                    for (int j = 0; j < KC4 - 1; ++j) st(a.parts.conv_state, a.parts.conv_sdt, static_cast<int64_t>(j) * C + n, rows[j]);
+                }
+                return;
+            }
+        }
         for (int i = static_cast<int>(threadIdx.x); i < a.M * NTB * 16; i += kQmvThreads) {
             const int tok = i / (NTB * 16), col = i - tok * (NTB * 16);
             const int n = tb * NTB * 16 + col;
