@@ -11,7 +11,10 @@
 //   and
 //     a flat grid-stride 16-byte read of the same bytes.
 //
-//   bench_qmv_variants [--out results.json] [--commit SHA] [--only SUBSTRING]
+//   bench_qmv_variants [--out results.json] [--commit SHA] [--only SUBSTRING,...] [--shapes NAME:N:K,...]
+//
+// --shapes replaces the six 27B shapes (e.g. a weight whose n-tiles are a multiple of the SMs, to see what
+// the last partial wave of blocks costs).
 //
 // INT4 symmetric g128 with F16 scales, M = 1, random weights rotated over > 400 MB of copies (every launch
 // reads HBM), launched back to back with programmatic dependent launch as the decode graph does. Every
@@ -139,8 +142,16 @@ struct Variant {
     std::function<void(const Args&)> library;
     int ring = 0;  // WSM: chunk slots per warp in shared memory after the above (0: weights in registers)
     bool fp8 = false;
-    int pers = 0;  // PERS: the grid is min(n-tile groups, this many blocks per SM x SMs)
+    int pers = 0;   // PERS: the grid is min(n-tile groups, this many blocks per SM x SMs)
+    int early = 0;  // Args::early: the next launch may start once every block has passed its wait
 };
+
+// The same variant with the dependents' launch right after the programmatic-launch wait (Args::early).
+Variant early(Variant v) {
+    v.name += "_early";
+    v.early = 1;
+    return v;
+}
 
 // FP8 and INT4 symmetric with 2-byte scales (INT4) / f32 (FP8); MULTI: the 2..16-row form.
 template <bool FP8,
@@ -250,7 +261,20 @@ Variant sk_variant(const char* name) {
             }};
 }
 
-void run(const Variant& v, const Args& a) {
+// Whether tag contains one of the comma-separated substrings of `list` (--only).
+bool matches_any(const std::string& tag, const std::string& list) {
+    size_t at = 0;
+    while (at <= list.size()) {
+        const size_t end = std::min(list.find(',', at), list.size());
+        if (end > at && tag.find(list.substr(at, end - at)) != std::string::npos) return true;
+        at = end + 1;
+    }
+    return false;
+}
+
+void run(const Variant& v, const Args& a0) {
+    Args a = a0;
+    a.early = v.early;
     if (v.library) return v.library(a);
     if (v.ntb == 0) return launch(v.kernel, v.blocks, 0, a);
     size_t smem = v.smem == 2   ? qmm::qmv_smem_ssm(a, v.ntb, false, true)
@@ -309,6 +333,9 @@ std::vector<Group> groups(int sms) {
                      inexact(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d4")),
                      inexact(kernel_variant<false, false, 2, 2, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2")),
                      inexact(kernel_variant<false, false, 1, 4, 4, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d4_mb4")),
+                     inexact(early(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2_mb4"))),
+                     inexact(early(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d4"))),
+                     inexact(early(kernel_variant<false, false, 2, 2, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2"))),
                      kernel_variant<false, false, 2, 2, 4, qmm::kQmvNoXsum, true>("ablate_noxsum_ntb2_d2_mb4"),
                      kernel_variant<false, false, 1, 4, 3, qmm::kQmvNoXsum, true>("ablate_noxsum_ntb1_d4"),
                      // L2 prefetch of 4 / 8 / 12 chunks ahead of the register slots (kQmvPf1 / kQmvPf2).
@@ -438,17 +465,18 @@ std::vector<Group> groups(int sms) {
 }  // namespace
 
 static int run_bench(int argc, char** argv) {
-    std::string out_path, commit = "unknown", only, command = "bench_qmv_variants";
+    std::string out_path, commit = "unknown", only, shape_list, command = "bench_qmv_variants";
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         command += " " + a;
-        if (i + 1 < argc && (a == "--out" || a == "--commit" || a == "--only")) {
+        if (i + 1 < argc && (a == "--out" || a == "--commit" || a == "--only" || a == "--shapes")) {
             const std::string v = argv[++i];
             command += " " + v;
-            (a == "--out" ? out_path : a == "--commit" ? commit : only) = v;
+            (a == "--out" ? out_path : a == "--commit" ? commit : a == "--only" ? only : shape_list) = v;
         } else {
             std::fprintf(stderr,
-                         "usage: bench_qmv_variants [--out FILE] [--commit SHA] [--only SUBSTRING]\n");
+                         "usage: bench_qmv_variants [--out FILE] [--commit SHA] [--only SUBSTRING,...] "
+                         "[--shapes NAME:N:K,...]\n");
             return 2;
         }
     }
@@ -458,11 +486,35 @@ static int run_bench(int argc, char** argv) {
     std::printf("copy bandwidth (read+write): %.0f GB/s\n", bw / 1e9);
 
     struct Shape {
-        const char* name;
+        std::string name;
         int N, K;
     };
-    const Shape shapes[] = {{"gate_up", 34816, 5120}, {"down", 5120, 17408},  {"q_gate", 12288, 5120},
-                            {"gdn_qkv", 10240, 5120}, {"o_proj", 5120, 6144}, {"lm_head", 248320, 5120}};
+    std::vector<Shape> shapes = {{"gate_up", 34816, 5120}, {"down", 5120, 17408},  {"q_gate", 12288, 5120},
+                                 {"gdn_qkv", 10240, 5120}, {"o_proj", 5120, 6144}, {"lm_head", 248320, 5120}};
+    if (!shape_list.empty()) {  // NAME:N:K,... (N and K whole 16 / 64 multiples, within the buffers below)
+        shapes.clear();
+        size_t at = 0;
+        while (at < shape_list.size()) {
+            const size_t end = std::min(shape_list.find(',', at), shape_list.size());
+            const std::string item = shape_list.substr(at, end - at);
+            const size_t c1 = item.find(':'), c2 = item.find(':', c1 + 1);
+            if (c1 == std::string::npos || c2 == std::string::npos) {
+                std::fprintf(stderr, "bench_qmv_variants: --shapes item '%s' is not NAME:N:K\n",
+                             item.c_str());
+                return 2;
+            }
+            const Shape sh{item.substr(0, c1), std::atoi(item.substr(c1 + 1, c2 - c1 - 1).c_str()),
+                           std::atoi(item.substr(c2 + 1).c_str())};
+            if (sh.N <= 0 || sh.N > 248320 || sh.N % 16 || sh.K <= 0 || sh.K > 17408 || sh.K % 128) {
+                std::fprintf(
+                    stderr, "bench_qmv_variants: shape '%s': N in 16..248320 (x16), K in 128..17408 (x128)\n",
+                    item.c_str());
+                return 2;
+            }
+            shapes.push_back(sh);
+            at = end + 1;
+        }
+    }
     const std::vector<Group> gs = groups(sms);
 
     constexpr int kMaxN = 248320, kMaxK = 17408, kRows = 16;
@@ -512,7 +564,7 @@ static int run_bench(int argc, char** argv) {
             for (size_t vi = 0; vi < grp.vs.size(); ++vi) {
                 const Variant& v = grp.vs[vi];
                 const std::string tag = std::string(grp.name) + "_" + sh.name + "_" + v.name;
-                if (vi != 0 && !only.empty() && tag.find(only) == std::string::npos) continue;
+                if (vi != 0 && !only.empty() && !matches_any(tag, only)) continue;
                 a.words = W[0], a.scales = S[0], a.y = vi == 0 ? yref : y;
                 check(cudaMemset(a.y, 0xFF, ny * 4), "memset");
                 run(v, a);
@@ -554,8 +606,8 @@ static int run_bench(int argc, char** argv) {
                 if (vi != 0 && v.exact) std::snprintf(note, sizeof note, same ? "  (= reference)" : "  MISMATCH");
                 else if (vi != 0 && computes)
                     std::snprintf(note, sizeof note, "  (max err %.1e of max |y|%s)", rel, rel > 1e-4 ? " BAD" : "");
-                std::printf("%-8s %-8s %-24s %9.2f us  %.3f of copy%s\n", grp.name, sh.name, v.name.c_str(), us, r,
-                            note);
+                std::printf("%-8s %-8s %-24s %9.2f us  %.3f of copy%s\n", grp.name, sh.name.c_str(), v.name.c_str(),
+                            us, r, note);
                 std::fflush(stdout);
                 add_entry(metrics, tag + "_us", us);
                 add_entry(ratios, tag + "_bw", r);

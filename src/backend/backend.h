@@ -167,8 +167,21 @@ public:
                              int64_t /*n_k_heads*/, Tensor& /*out*/) {
         throw Error(name() + ": gdn_core_ba is not implemented (check fuses_gdn_ba first)");
     }
+    // A hint from the model for the next add_rmsnorm only: the op recorded after it is a Linear forward (the
+    // layer's next projection). Such a forward reads nothing but its weights before its input is ready, so a
+    // GPU backend may let its kernels start ahead of add_rmsnorm's own wait (CudaBackend: programmatic
+    // launch, common.cuh pdl_enter_ahead) and fetch weights while add_rmsnorm's predecessor, the previous
+    // projection, finishes. Results are unchanged. (The same for the ops in front of out_proj, o_proj and
+    // down measured no gain for INT4 and a 3% slower FP8 step: docs/BENCHMARKS.md, session 17.)
+    void linear_follows() { linear_follows_ = true; }
 
 protected:
+    // The linear_follows() hint, cleared by the op that reads it (add_rmsnorm reads it first, on every path).
+    bool take_linear_follows() {
+        const bool v = linear_follows_;
+        linear_follows_ = false;
+        return v;
+    }
     // The unfused sequences above, through this backend's own ops with act_dtype() scratch (backend_fused.cpp):
     // the CPU backend's implementation of the fused ops, and the CUDA backend's for prompts.
     void gated_attention_core_unfused(const Tensor& qg, Tensor& k, const Tensor& v, const Tensor& q_norm,
@@ -183,6 +196,7 @@ protected:
 
   private:
     std::vector<uint8_t> staging_;  // host_staging's buffer where the backend has no page-locked one
+    bool linear_follows_ = false;
 };
 
 // The CPU oracle backend (always available).

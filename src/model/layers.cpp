@@ -436,13 +436,16 @@ void StackedDecoder::run_stack(Tensor& x, size_t n, float eps, NormKind kind, co
     Tensor h = be.scratch(be.act_dtype(), {T, H}), y = be.scratch(be.act_dtype(), {T, H});
     if (n == 0) return;
     be.rmsnorm(x, ops.in_norm(0), eps, kind, h);
+    // Each add_rmsnorm is followed by a projection: the mixer's and the MLP's first op is a Linear forward.
     for (size_t i = 0; i < n; ++i) {
         ops.mixer(i, h, y);
+        be.linear_follows();
         be.add_rmsnorm(x, y, ops.post_norm(i), eps, kind, h);
         ops.mlp(i, h, y);
-        if (i + 1 < n)
+        if (i + 1 < n) {
+            be.linear_follows();
             be.add_rmsnorm(x, y, ops.in_norm(i + 1), eps, kind, h);
-        else
+        } else
             be.add(x, y, x);
     }
 }

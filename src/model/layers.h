@@ -196,7 +196,8 @@ class StackedDecoder : public Model {
     void load_head(WeightLoader& wl, const std::string& prefix, int64_t vocab, int64_t hidden, bool tie);
 
     // The layer i's two pre-norm weights [H] F32 and its blocks: mixer(i, h, y) and mlp(i, h, y) write
-    // y [T, H] from the normalised h [T, H].
+    // y [T, H] from the normalised h [T, H]; each begins with a Linear forward (run_stack tells the backend
+    // so before the add_rmsnorm in front of it: Backend::linear_follows).
     struct StackOps {
         std::function<const Tensor&(size_t i)> in_norm, post_norm;
         std::function<void(size_t i, const Tensor& h, Tensor& y)> mixer, mlp;

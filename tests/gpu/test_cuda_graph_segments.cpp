@@ -5,7 +5,9 @@
 // forward's token ids. Likewise a one-row step split after its first n ops (set_first_segment_ops: the decode
 // step's early flush), with consecutive zero fills on the boundary (they join one launch only while it is
 // still recorded). And final_logits' vocabulary chunks (each copied to the host by to_host_async as soon as
-// its GEMV is done) give the logits of the single GEMV and copy, bit for bit.
+// its GEMV is done) give the logits of the single GEMV and copy, bit for bit. And a one-row stack whose
+// add_rmsnorm lets the next GEMV launch ahead (Backend::linear_follows, as run_stack does) gives the values
+// of the same stack without the hint.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -118,6 +120,48 @@ TEST(CudaGraphSegments, FirstSegmentOfOneRowStepMatchesDirectLaunches) {
     }
     // Each split gave two graphs (the first segment and the rest), captured once each.
     EXPECT_GE(seg.graph_stats().captures - captures0, 6);
+}
+
+// One row: per layer y = h w^T; x += y; h = rmsnorm(x), with the launch-ahead hint before each add_rmsnorm
+// when `ahead` (the GEMV after it may then start while the GEMV before it still runs).
+std::vector<float> ahead_step(
+    CudaBackend& be, const Stack& s, const std::vector<float>& x0, int64_t K, bool ahead) {
+    be.reset_scratch();
+    std::vector<uint16_t> h16(x0.size());
+    for (size_t i = 0; i < x0.size(); ++i) h16[i] = f32_to_bf16(x0[i]);
+    Tensor x = be.scratch(DType::BF16, {1, K});
+    be.from_host(x, h16.data());
+    Tensor h = be.scratch(DType::BF16, {1, K});
+    be.rmsnorm(x, s.norm[0], 1e-6f, NormKind::PLAIN, h);
+    for (size_t l = 0; l < s.w.size(); ++l) {
+        Tensor y = be.scratch(DType::BF16, {1, K});
+        be.matmul(h, s.w[l], y);
+        if (ahead) be.linear_follows();
+        be.add_rmsnorm(x, y, s.norm[l], 1e-6f, NormKind::PLAIN, h);
+    }
+    return test::get(be, h);
+}
+
+TEST(CudaGraphSegments, LaunchAheadNormMatchesPlainNorm) {
+    GRIMOIRE_REQUIRE_GPU();
+    const int64_t K = 2048, L = 12;  // GEMVs of 8 MB: the next one's blocks overlap the previous one's tail
+    CudaBackend ahead(0, DType::BF16), plain(0, DType::BF16);
+    Stack sa, sp;
+    for (int64_t l = 0; l < L; ++l) {
+        const auto w =
+            test::rand_bf16(static_cast<size_t>(K * K), static_cast<uint32_t>(500 + l), -0.05f, 0.05f);
+        const auto n = test::rand_bf16(static_cast<size_t>(K), static_cast<uint32_t>(600 + l), 0.5f, 1.5f);
+        sa.w.push_back(test::put(ahead, w, DType::BF16, {K, K}));
+        sp.w.push_back(test::put(plain, w, DType::BF16, {K, K}));
+        sa.norm.push_back(test::put(ahead, n, DType::F32, {K}));
+        sp.norm.push_back(test::put(plain, n, DType::F32, {K}));
+    }
+    for (int rep = 0; rep < 12; ++rep) {  // direct, direct (seen once), captured, then replayed
+        const auto x0 = test::rand_bf16(static_cast<size_t>(K), static_cast<uint32_t>(rep + 900), -2, 2);
+        test::expect_close(ahead_step(ahead, sa, x0, K, true), ahead_step(plain, sp, x0, K, false), 0, 0,
+                           "launch-ahead norm, run " + std::to_string(rep));
+    }
+    EXPECT_GE(ahead.graph_stats().replays, 8);
 }
 
 TEST(CudaGraphSegments, ChunkedLogitsMatchOneCopy) {

@@ -662,14 +662,16 @@ bool fused_enabled() {
 }  // namespace
 
 void CudaBackend::add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out) {
+    const bool ahead = take_linear_follows() && cuda::pdl_ahead_enabled();
     if (!fused_enabled()) {
         add(x, y, x);
         rmsnorm(x, w, eps, kind, out);
         return;
     }
     Tensor t = x, o = out;
-    rec("add_rms", cuda::KeyHasher().add(OP_ADD_RMS).add(t).add(y).add(w).addf(eps).add(static_cast<uint64_t>(kind)).add(o).h,
-                   [=](cudaStream_t s) mutable { cuda::add_rmsnorm(t, y, w, eps, kind, o, s); });
+    rec("add_rms", cuda::KeyHasher().add(OP_ADD_RMS).add(t).add(y).add(w).addf(eps).add(static_cast<uint64_t>(kind)).add(o)
+                       .add(static_cast<uint64_t>(ahead)).h,
+                   [=](cudaStream_t s) mutable { cuda::add_rmsnorm(t, y, w, eps, kind, o, s, ahead); });
 }
 
 void CudaBackend::gated_attention_core(const Tensor& qg, Tensor& k, const Tensor& v, const Tensor& q_norm,

@@ -34,6 +34,14 @@ bool device_is_hopper() {
 }
 
 // Declared in kernels/cuda/common.cuh: whether launch_pdl sets the programmatic-launch attribute.
+bool pdl_ahead_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_PDL_AHEAD");
+        return pdl_enabled() && !(e && e[0] == '0');
+    }();
+    return on;
+}
+
 bool pdl_enabled() {
     static const bool on = [] {
         const char* e = std::getenv("GRIMOIRE_PDL");

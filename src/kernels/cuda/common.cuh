@@ -52,6 +52,24 @@ __device__ __forceinline__ void pdl_enter() {
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
+// pdl_enter for a kernel whose dependent may launch before it waits (`ahead`, uniform per launch): the caller
+// promises that the dependent reads, before its own griddepcontrol.wait, nothing that a kernel before this
+// one writes (the layer's next projection, which loads only weights there: Backend::linear_follows). That
+// wait returns only once this kernel, hence its predecessor, has completed, so what the dependent reads after
+// it is as before. The dependent's blocks then take the SMs this kernel and its predecessor leave idle and
+// start their weight loads while the predecessor's last blocks still run.
+__device__ __forceinline__ void pdl_enter_ahead(int ahead) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (ahead) asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (!ahead) asm volatile("griddepcontrol.launch_dependents;");
+#else
+    (void)ahead;
+#endif
+}
+// Launch-ahead (pdl_enter_ahead) where the caller allows it: on with PDL unless GRIMOIRE_PDL_AHEAD=0 (the
+// A/B).
+bool pdl_ahead_enabled();
 // The current device is compute capability 9 or later (cached at the first call;
 // src/backend/cuda/cuda_util.cpp).
 bool device_is_hopper();

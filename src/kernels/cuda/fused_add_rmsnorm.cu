@@ -38,8 +38,9 @@ static __global__ void __launch_bounds__(1024) add_rmsnorm_bf16x8_kernel(__nv_bf
                                                                          const __nv_bfloat16* __restrict__ y,
                                                                          const float* __restrict__ w,  // [D]
                                                                          int64_t D, float eps, float w_offset,
-                                                                         __nv_bfloat16* out) {  // [R, D]
-    pdl_enter();  // launched through launch_pdl (common.cuh)
+                                                                         __nv_bfloat16* out,  // [R, D]
+                                                                         int ahead) {
+    pdl_enter_ahead(ahead);  // launched through launch_pdl (common.cuh)
     __shared__ float red[32];
     const int64_t base = static_cast<int64_t>(blockIdx.x) * D, c = 8 * static_cast<int64_t>(threadIdx.x);
     const bool on = c < D;
@@ -152,7 +153,8 @@ static bool rows_path_on() {
     return on;
 }
 
-void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out, cudaStream_t s) {
+void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out, cudaStream_t s,
+                 bool ahead) {
     if (w.numel() != x.cols() || y.numel() != x.numel() || out.numel() != x.numel())
         throw Error("cuda add_rmsnorm: x, y [R, D], w [D], out [R, D] shapes disagree");
     if (x.rows() == 0) return;
@@ -181,7 +183,7 @@ void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKin
         const int threads = static_cast<int>((D / 8 + 31) / 32 * 32);
         launch_pdl(add_rmsnorm_bf16x8_kernel, dim3(static_cast<unsigned>(x.rows())), dim3(threads), 0, s,
                    x.ptr<__nv_bfloat16>(), y.ptr<__nv_bfloat16>(), w.ptr<float>(), D, eps,
-                   kind == NormKind::PLUS_ONE ? 1.0f : 0.0f, out.ptr<__nv_bfloat16>());
+                   kind == NormKind::PLUS_ONE ? 1.0f : 0.0f, out.ptr<__nv_bfloat16>(), ahead ? 1 : 0);
         check_launch(op);
         return;
     }

@@ -67,7 +67,9 @@ void gemv(const Tensor& x, const Tensor& w, Tensor& out, cudaStream_t s);
 void gemv_split(const Tensor& x, const Tensor& w, const Tensor* outs, int n_outs, cudaStream_t s);
 
 void check_launch(const char* op);  // throws Error naming the op when the last launch failed
-bool pdl_enabled();  // launch_pdl sets the programmatic-launch attribute (sm_90+, GRIMOIRE_PDL != 0)
+bool pdl_enabled();        // launch_pdl sets the programmatic-launch attribute (sm_90+, GRIMOIRE_PDL != 0)
+bool pdl_ahead_enabled();  // Backend::linear_follows may let a projection launch ahead (common.cuh
+                           // pdl_enter_ahead)
 
 // Token selection on the device. logits [R, V] (F32/BF16) -> out [R] I32.
 void argmax(const Tensor& logits, Tensor& out, cudaStream_t s);
@@ -82,7 +84,9 @@ void random_fill(void* p, DType dtype, int64_t n, uint64_t seed, float amp, floa
 
 // ---- fused ops (Backend's fused block; each in its own fused_*.cu) ----
 // x += y (stored in x's dtype), out = rmsnorm(x) with w [D]; x, y, out [R, D].
-void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out, cudaStream_t s);
+// ahead: the dependent may launch before the one-row kernel waits (common.cuh pdl_enter_ahead).
+void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out, cudaStream_t s,
+                 bool ahead = false);
 constexpr int64_t kAttnDecodeMaxT = 8;
 // Backend::gated_attention_core for T <= kAttnDecodeMaxT tokens (decode, a verify step): qg [T, Hq * 2D],
 // k, v [T, Hkv * D]; token t's position (and cache row) is positions[t] on the device. q_ws [T, Hq, D] act

@@ -355,6 +355,10 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");  // x comes from the previous kernel
+    // a.early: the next grid may launch once every block of this one has got here (qmm.cu qmv_early), so its
+    // blocks take the SMs that this grid's last partial wave leaves idle and issue their pre-wait loads
+    // there; its griddepcontrol.wait still waits for this whole grid. Else at each block's end, below.
+    if (!PERS && a.early) asm volatile("griddepcontrol.launch_dependents;");
 #endif
 
     // One row: this warp's x chunks into shared memory as they are (zeros past ldx). Rows 2..16 read their B
@@ -734,7 +738,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     }
     if constexpr (!PERS) {  // persistent blocks stored every group in the loop
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        asm volatile("griddepcontrol.launch_dependents;");
+        if (!a.early) asm volatile("griddepcontrol.launch_dependents;");
 #endif
         reduce_store(static_cast<int>(blockIdx.x), 0);
     }

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Packs the CUDA binaries built here into carry/pk.tar.xz for the device tool (its `carry` limit is 64 MiB with the
+# tracked tree, which is ~55 MB, so each 15-20 MB binary cannot travel alone). Stripped and compressed together
+# with a large xz dictionary the copies of the shared CUDA library dedupe: all GPU tests plus grimoire and the
+# benchmarks fit in ~7-9 MB. libutf8proc (not on the device image) travels with them.
+#
+#   tools/pack_gpu_binaries.sh [BUILD_DIR]      # default build/cuda-dev (cmake --preset cuda -B build/cuda-dev
+#                                               #   -DCMAKE_CUDA_ARCHITECTURES=90-real -DGRIMOIRE_WERROR=ON)
+# On the device: cd carry && tar xJf pk.tar.xz && LD_LIBRARY_PATH=$PWD:$LD_LIBRARY_PATH ./test_cuda_model ...
+# (the tests find the fixtures through the source path compiled in: `ln -sfn "$PWD/.." /work/main` there first).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build/cuda-dev}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for b in grimoire bench_qwen35_27b bench_quant_kernels bench_qmv_variants bench_decode_ops; do
+    [ -x "$BUILD/$b" ] && strip -o "$tmp/$b" "$BUILD/$b"
+done
+for t in "$BUILD"/tests/test_cuda_*; do
+    [ -x "$t" ] && strip -o "$tmp/$(basename "$t")" "$t"
+done
+cp "$(ldconfig -p | awk '/libutf8proc.so.2 /{print $NF; exit}')" "$tmp/"
+mkdir -p carry
+(cd "$tmp" && tar cf - ./*) | xz -9e -T1 --lzma2=preset=9e,dict=192MiB > carry/pk.tar.xz
+ls -la carry/pk.tar.xz
