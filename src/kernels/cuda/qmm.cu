@@ -415,17 +415,7 @@ bool qmm_prepare(const char* op,
         const char* e = std::getenv("GRIMOIRE_QMM_EARLY");
         return e && e[0] == '1' ? 1 : 0;
     }();
-    // The qmv kernel (quant_qmv.cuh): its dependents launch once every block has passed the
-    // programmatic-launch wait instead of at each block's end, so the next kernel's blocks fill the SMs this
-    // grid's last partial wave leaves idle and start their own pre-wait loads there (GRIMOIRE_QMV_EARLY=0: at
-    // the end, the A/B). H200, docs/BENCHMARKS.md session 17: back-to-back one-row launches 2-8% faster
-    // (gate_up 27.25 -> 26.79 us, o_proj 7.39 -> 6.78); with Backend::linear_follows it lets the next
-    // projection launch ahead.
-    static const int qmv_early = [] {
-        const char* e = std::getenv("GRIMOIRE_QMV_EARLY");
-        return e && e[0] == '0' ? 0 : 1;
-    }();
-    a.early = qmv_route(a, fp8, asym, forced) ? qmv_early : early;
+    a.early = early;
     if (parts && parts->glu && (parts->n != 1 || N % 32 != 0 || !qmm_glu_ok(fp8, asym, M, N, K, gs, G)))
         throw Error(std::string("cuda ") + op + ": glu parts need one part, N a multiple of 32 and qmm_glu_ok");
     if (parts && parts->n > 0) {
@@ -463,6 +453,18 @@ bool qmm_prepare(const char* op,
         check_launch(op);
         a.x = xb;
     }
+    // The qmv kernel (quant_qmv.cuh): its dependents launch once every block has passed the
+    // programmatic-launch wait instead of at each block's end, so the next kernel's blocks fill the SMs this
+    // grid's last partial wave leaves idle and start their own pre-wait loads there (GRIMOIRE_QMV_EARLY=0: at
+    // the end, the A/B). H200, docs/BENCHMARKS.md session 17, back-to-back launches: INT4 one row 2-8% faster
+    // (gate_up 27.25 -> 26.79 us, o_proj 7.39 -> 6.78), FP8 at 4 and 16 rows and on its wider weights too, but
+    // FP8 one row on the staged-x one-tile blocks (down, o_proj) 11-20% slower (down 26.8 -> 32.4 us), so not
+    // there. With Backend::linear_follows it lets the next projection launch ahead.
+    static const int qmv_early = [] {
+        const char* e = std::getenv("GRIMOIRE_QMV_EARLY");
+        return e && e[0] == '0' ? 0 : 1;
+    }();
+    if (qmv) a.early = qmv_early && !(fp8 && qmv_staged_x(a)) ? 1 : 0;
     return true;
 }
 
