@@ -336,6 +336,11 @@ std::vector<Group> groups(int sms) {
                      inexact(early(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2_mb4"))),
                      inexact(early(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d4"))),
                      inexact(early(kernel_variant<false, false, 2, 2, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2"))),
+                     // The 2..16-row form at three per SM, qmm.cu's one row from 4 to 8 n-tiles per SM before session
+                     // 17, and the library's dispatch itself.
+                     inexact(kernel_variant<false, true, 2, 3, 3, 0, true>("multi_ssm_ntb2_d3")),
+                     inexact(early(kernel_variant<false, true, 2, 3, 3, 0, true>("multi_ssm_ntb2_d3"))),
+                     library<false>("library"),
                      kernel_variant<false, false, 2, 2, 4, qmm::kQmvNoXsum, true>("ablate_noxsum_ntb2_d2_mb4"),
                      kernel_variant<false, false, 1, 4, 3, qmm::kQmvNoXsum, true>("ablate_noxsum_ntb1_d4"),
                      // L2 prefetch of 4 / 8 / 12 chunks ahead of the register slots (kQmvPf1 / kQmvPf2).

@@ -135,7 +135,8 @@ constexpr bool qmv_ssm(bool fp8) {
 // shared memory), also under GRIMOIRE_QMV_ONEROW=1 (the A/B). Measured on the H200 in one call
 // (docs/BENCHMARKS.md, session 10; staged / 2..16-row form, us): INT4 gate_up 28.7 / 28.0, q_gate 10.6 / 10.2;
 // FP8 gate_up 53.3 / 48.4, q_gate 19.7 / 17.9, gdn_qkv 18.6 / 16.9; but on the 320-n-tile weights INT4 down 16.0
-// / 16.7, FP8 down 27.9 / 29.0.
+// / 16.7, FP8 down 27.9 / 29.0. (INT4 one row from 4 to 8 n-tiles per SM takes the staged blocks anyway since
+// session 17: launch_qmv_ssz.)
 bool qmv_staged_x(const qmm::Args& a) {
     static const bool forced = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_ONEROW");
@@ -213,6 +214,20 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     }();
     if constexpr (!FP8) {
         if (wide4 && wide && a.M == 1 && a.ldx % 64 == 0) return launch_qmv_row<ASYM, SSZ, 2, 2, 4>(a, s);
+        // One row from 4 to 8 n-tiles per SM (the 27B attention q | gate | k | v of 896 n-tiles, the DeltaNet
+        // q | k | v | z of 1024, q_gate of 768) on the staged two-tile blocks too, at four per SM where three
+        // would leave a second, partial wave (more than 3 x SMs blocks), else at three. Session 17, H200, same
+        // call against the 2..16-row form below (us): q | gate | k | v 14.38 -> 11.83, q | k | v | z 15.58 ->
+        // 12.34, q_gate 9.90 -> 9.92; 27B INT4 step without logits 4.77 -> 4.50 ms. GRIMOIRE_QMV_MID=0: the
+        // 2..16-row form (the A/B).
+        static const bool mid = [] {
+            const char* e = std::getenv("GRIMOIRE_QMV_MID");
+            return !(e && e[0] == '0');
+        }();
+        if (mid && two && a.M == 1 && a.ldx % 64 == 0) {
+            return (a.NT + 1) / 2 > 3 * qmm::device_sms() ? launch_qmv_row<ASYM, SSZ, 2, 2, 4>(a, s)
+                                                          : launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
+        }
     }
     if (qmv_staged_x(a)) {
         if constexpr (!FP8) {
