@@ -12,12 +12,12 @@ from conftest import MODEL_NAME, Server
 STORY = [{"role": "user", "content": "Tell me a story about a dog."}]
 
 
-def wait_until(cond, timeout=20):
+def wait_until(cond, timeout=20, interval=0.05):
     deadline = time.time() + timeout
     while time.time() < deadline:
         if cond():
             return True
-        time.sleep(0.05)
+        time.sleep(interval)
     return False
 
 
@@ -135,19 +135,21 @@ def test_sigterm_drains_and_exits_0(checkpoint):
     s = Server(checkpoint)
     result = {}
 
+    # The tiny test model writes these tokens in ~0.1-0.3 s: long enough to be caught running only when the
+    # metrics are polled every few milliseconds (at 50 ms the request was sometimes over between two polls).
     def long_request():
         r = requests.post(s.base + "/v1/completions", timeout=60,
-                          json={"prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True})
+                          json={"prompt": "Once upon a time", "max_tokens": 1000, "ignore_eos": True})
         result["status"], result["body"] = r.status_code, r.json()
 
     t = threading.Thread(target=long_request)
     t.start()
-    assert wait_until(lambda: s.metrics()["grimoire_requests_running"] == 1, 10)
+    assert wait_until(lambda: s.metrics()["grimoire_requests_running"] == 1, 10, interval=0.002)
     t0 = time.time()
     code = s.terminate(timeout=30)
     t.join(30)
     assert code == 0, s.output()
     assert time.time() - t0 < 15
     # The in-flight request finished inside the drain window.
-    assert result["status"] == 200 and result["body"]["usage"]["completion_tokens"] == 400
+    assert result["status"] == 200 and result["body"]["usage"]["completion_tokens"] == 1000
     assert "draining" in s.output()
