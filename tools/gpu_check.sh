@@ -14,7 +14,8 @@
 #   GRIMOIRE_CHECK=tests,run OUT=... tools/gpu_check.sh   # only those sections (see want() below)
 #   GRIMOIRE_PREBUILT=build/cuda-dev OUT=... tools/gpu_check.sh   # uses binaries built elsewhere
 # GRIMOIRE_PREBUILT_LIBS (optional) is prepended to LD_LIBRARY_PATH for libraries the build machine linked
-# that the GPU machine lacks. Exit status: non-zero when any test failed or the benchmark did not run.
+# that the GPU machine lacks. Binaries built here travel to the device as one archive (tools/pack_gpu_binaries.sh:
+# carry/pk.tar.xz, ~8 MB for all of them; unpack it into a folder laid out like a build directory's). Exit status: non-zero when any test failed or the benchmark did not run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -77,6 +78,9 @@ if want tests; then
     rerun tma_all GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=all -- test_cuda_quant
     # The decode-step kernels launch with programmatic dependent launch on Hopper: also check them launched plainly.
     rerun pdl0 GRIMOIRE_PDL=0 -- test_cuda_decode_ops test_cuda_model
+    # Session 17's launch order and one-row dispatch switched off (the projection launched ahead of add_rmsnorm,
+    # the qmv kernel's early dependents' launch, the staged blocks from 4 to 8 n-tiles per SM).
+    rerun ahead0 GRIMOIRE_PDL_AHEAD=0 GRIMOIRE_QMV_EARLY=0 GRIMOIRE_QMV_MID=0 -- test_cuda_model test_cuda_graph_segments test_cuda_quant
     # One XML file back instead of one per executable.
     cat "$OUT"/test_*.xml > "$OUT/gpu_tests.xml" 2>/dev/null && rm -f "$OUT"/test_*.xml
 
