@@ -456,7 +456,12 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
                      ring_variant<true, false, 1, 4, 3, false>("wsm_ntb1_d4"),
                      inexact(kernel_variant<true, true, 1, 4, 3>("multi_ntb1_d4")),
-                     inexact(kernel_variant<true, true, 2, 3, 3>("multi_ntb2_d3")),
+                     inexact(kernel_variant<true, true, 2, 3, 3>("multi_ntb2_d3")),  // qmm.cu: 4+ n-tiles per SM
+                     // The same with the early dependents' launch (qmm.cu's default on the 2..16-row form), and
+                     // the library's dispatch.
+                     inexact(early(kernel_variant<true, true, 1, 4, 3>("multi_ntb1_d4"))),
+                     inexact(early(kernel_variant<true, true, 2, 3, 3>("multi_ntb2_d3"))),
+                     library<true>("library"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),

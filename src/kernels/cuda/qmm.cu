@@ -201,6 +201,16 @@ void launch_qmv_row(qmm::Args& a, cudaStream_t s) {
 // 175.1, so one-row weights of at least 8 n-tiles per SM keep the block-wide staging; at 4 and 16 rows it
 // was faster on every shape. At 9..16 rows the 320-n-tile weights take the two-tile blocks at two per SM too
 // (o_proj 10.4 -> 9.5 us, down 24.0 / 24.3).
+// Session 17's one-row blocks for weights of 4 to 8 n-tiles per SM (launch_qmv_ssz); GRIMOIRE_QMV_MID=0 keeps the
+// 2..16-row form there (the A/B).
+bool qmv_mid() {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_QMV_MID");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     const bool two = a.NT >= 4 * qmm::device_sms(), wide = a.NT >= 8 * qmm::device_sms();
@@ -218,15 +228,19 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         // q | k | v | z of 1024, q_gate of 768) on the staged two-tile blocks too, at four per SM where three
         // would leave a second, partial wave (more than 3 x SMs blocks), else at three. Session 17, H200, same
         // call against the 2..16-row form below (us): q | gate | k | v 14.38 -> 11.83, q | k | v | z 15.58 ->
-        // 12.34, q_gate 9.90 -> 9.92; 27B INT4 step without logits 4.77 -> 4.50 ms. GRIMOIRE_QMV_MID=0: the
-        // 2..16-row form (the A/B).
-        static const bool mid = [] {
-            const char* e = std::getenv("GRIMOIRE_QMV_MID");
-            return !(e && e[0] == '0');
-        }();
-        if (mid && two && a.M == 1 && a.ldx % 64 == 0) {
+        // 12.34, q_gate 9.90 -> 9.92; 27B INT4 step without logits 4.77 -> 4.50 ms.
+        if (qmv_mid() && two && a.M == 1 && a.ldx % 64 == 0) {
             return (a.NT + 1) / 2 > 3 * qmm::device_sms() ? launch_qmv_row<ASYM, SSZ, 2, 2, 4>(a, s)
                                                           : launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
+        }
+    } else {
+        // FP8 one row where the two-tile 2..16-row blocks (three per SM; FP8 has no four-per-SM form that does not
+        // spill) would leave a partial second wave: the staged one-tile blocks. Session 17, same call (us):
+        // q | gate | k | v 26.13 -> 22.34, q | k | v | z 27.70 -> 24.01; q_gate (384 two-tile blocks, one wave)
+        // keeps the two-tile form (17.45 against 20.10), gate_up too (47.46 / 47.98).
+        if (qmv_mid() && two && !wide && a.M == 1 && a.ldx % 64 == 0 && (a.NT + 1) / 2 > 3 * qmm::device_sms()) {
+            a.early = 0;  // as below
+            return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
         }
     }
     if (qmv_staged_x(a)) {
@@ -235,6 +249,9 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
             if (two) return launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
             return launch_qmv_row<ASYM, SSZ, 1, 4, 3>(a, s);
         }
+        // FP8 one row on these blocks was 11-20% slower with the early dependents' launch (down 26.8 -> 32.4 us,
+        // o_proj 11.7 -> 13.1; session 17): their dependents launch at the blocks' end.
+        a.early = 0;
         return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
     }
     if (a.M > 8) {
@@ -472,14 +489,14 @@ bool qmm_prepare(const char* op,
     // programmatic-launch wait instead of at each block's end, so the next kernel's blocks fill the SMs this
     // grid's last partial wave leaves idle and start their own pre-wait loads there (GRIMOIRE_QMV_EARLY=0: at
     // the end, the A/B). H200, docs/BENCHMARKS.md session 17, back-to-back launches: INT4 one row 2-8% faster
-    // (gate_up 27.25 -> 26.79 us, o_proj 7.39 -> 6.78), FP8 at 4 and 16 rows and on its wider weights too, but
-    // FP8 one row on the staged-x one-tile blocks (down, o_proj) 11-20% slower (down 26.8 -> 32.4 us), so not
-    // there. With Backend::linear_follows it lets the next projection launch ahead.
+    // (gate_up 27.25 -> 26.79 us, o_proj 7.39 -> 6.78), FP8 at 4 and 16 rows and on its wider weights too (FP8
+    // one row on the staged one-tile blocks is the exception: launch_qmv_ssz). With Backend::linear_follows it
+    // lets the next projection launch ahead.
     static const int qmv_early = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_EARLY");
         return e && e[0] == '0' ? 0 : 1;
     }();
-    if (qmv) a.early = qmv_early && !(fp8 && qmv_staged_x(a)) ? 1 : 0;
+    if (qmv) a.early = qmv_early;
     return true;
 }
 
