@@ -382,6 +382,8 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
                      kernel_variant<false, true, 2, 3, 3, 0, true>("ssm_ntb2_d3"),  // qmm.cu's INT4 2..8 rows
                      kernel_variant<false, true, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
+                     kernel_variant<false, true, 2, 3, 4, 0, true>("ssm_ntb2_d3_mb4"),
+                     kernel_variant<false, true, 2, 2, 4, 0, true>("ssm_ntb2_d2_mb4"),
                  }});
     // 8 rows: the qmv kernel's variants and the library's dispatch.
     g.push_back({"int4_m8",
@@ -393,6 +395,8 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 1, 4, 3, 0, true, 8>("ssm_ntb1_d4"),
                      kernel_variant<false, true, 2, 3, 3, 0, true, 8>("ssm_ntb2_d3"),
                      kernel_variant<false, true, 2, 4, 3, 0, true, 8>("ssm_ntb2_d4"),
+                     kernel_variant<false, true, 2, 3, 4, 0, true, 8>("ssm_ntb2_d3_mb4"),
+                     kernel_variant<false, true, 2, 2, 4, 0, true, 8>("ssm_ntb2_d2_mb4"),
                      library<false>("library"),
                  }});
     // 16 rows: each A fragment meets two B operands (MAXM = 16).

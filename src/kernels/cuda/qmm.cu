@@ -266,6 +266,14 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
             return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 16>(a, s);
         }
     }
+    if constexpr (!FP8) {
+        // INT4 2..8 rows where three two-tile blocks per SM would leave a partial second wave (the DeltaNet
+        // q | k | v | z of 1024 n-tiles, the attention q | gate | k | v of 896): four per SM at one chunk in flight.
+        // Session 17, same call (us, four / eight rows): q | k | v | z 16.10 -> 14.65 / 16.37 -> 14.58,
+        // q | gate | k | v 14.42 -> 14.29 / 14.63 -> 14.45; q_gate (384 blocks) and gate_up keep three per SM.
+        if (qmv_mid() && two && !wide && (a.NT + 1) / 2 > 3 * qmm::device_sms())
+            return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 4, true>(a, s);
+    }
     two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
         : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
 }
