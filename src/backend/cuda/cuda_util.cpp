@@ -34,18 +34,19 @@ bool device_is_hopper() {
 }
 
 // Declared in kernels/cuda/common.cuh: whether launch_pdl sets the programmatic-launch attribute.
-bool pdl_ahead_enabled() {
-    static const bool on = [] {
-        const char* e = std::getenv("GRIMOIRE_PDL_AHEAD");
-        return pdl_enabled() && !(e && e[0] == '0');
-    }();
-    return on;
-}
-
 bool pdl_enabled() {
     static const bool on = [] {
         const char* e = std::getenv("GRIMOIRE_PDL");
         return device_is_hopper() && !(e && e[0] == '0');
+    }();
+    return on;
+}
+
+// Declared in kernels/cuda/common.cuh: whether a kernel may let its dependent launch before its own wait.
+bool pdl_ahead_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_PDL_AHEAD");
+        return pdl_enabled() && !(e && e[0] == '0');
     }();
     return on;
 }

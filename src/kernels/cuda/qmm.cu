@@ -222,28 +222,25 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         const char* e = std::getenv("GRIMOIRE_QMV_WIDE4");
         return !(e && e[0] == '0');
     }();
+    // Session 17's rule for 4 to 8 n-tiles per SM (qmv_mid): where three two-tile blocks per SM would leave a
+    // partial second wave (more than 3 x SMs blocks), other blocks. `row`: one row with whole-chunk x.
+    const bool mid = qmv_mid() && two, waves2 = (a.NT + 1) / 2 > 3 * qmm::device_sms();
+    const bool row = a.M == 1 && a.ldx % 64 == 0;
     if constexpr (!FP8) {
-        if (wide4 && wide && a.M == 1 && a.ldx % 64 == 0) return launch_qmv_row<ASYM, SSZ, 2, 2, 4>(a, s);
+        if (wide4 && wide && row) return launch_qmv_row<ASYM, SSZ, 2, 2, 4>(a, s);
         // One row from 4 to 8 n-tiles per SM (the 27B attention q | gate | k | v of 896 n-tiles, the DeltaNet
         // q | k | v | z of 1024, q_gate of 768) on the staged two-tile blocks too, at four per SM where three
-        // would leave a second, partial wave (more than 3 x SMs blocks), else at three. Session 17, H200, same
-        // call against the 2..16-row form below (us): q | gate | k | v 14.38 -> 11.83, q | k | v | z 15.58 ->
-        // 12.34, q_gate 9.90 -> 9.92; 27B INT4 step without logits 4.77 -> 4.50 ms.
-        if (qmv_mid() && two && a.M == 1 && a.ldx % 64 == 0) {
-            return (a.NT + 1) / 2 > 3 * qmm::device_sms() ? launch_qmv_row<ASYM, SSZ, 2, 2, 4>(a, s)
-                                                          : launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
-        }
-    } else {
-        // FP8 one row where the two-tile 2..16-row blocks (three per SM; FP8 has no four-per-SM form that does not
-        // spill) would leave a partial second wave: the staged one-tile blocks. Session 17, same call (us):
-        // q | gate | k | v 26.13 -> 22.34, q | k | v | z 27.70 -> 24.01; q_gate (384 two-tile blocks, one wave)
-        // keeps the two-tile form (17.45 against 20.10), gate_up too (47.46 / 47.98).
-        if (qmv_mid() && two && !wide && a.M == 1 && a.ldx % 64 == 0 && (a.NT + 1) / 2 > 3 * qmm::device_sms()) {
-            a.early = 0;  // as below
-            return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
-        }
+        // would leave a second, partial wave, else at three. Session 17, H200, same call against the 2..16-row
+        // form below (us): q | gate | k | v 14.38 -> 11.83, q | k | v | z 15.58 -> 12.34, q_gate 9.90 -> 9.92;
+        // 27B INT4 step without logits 4.77 -> 4.50 ms.
+        if (mid && row)
+            return waves2 ? launch_qmv_row<ASYM, SSZ, 2, 2, 4>(a, s) : launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
     }
-    if (qmv_staged_x(a)) {
+    // FP8 one row also takes the staged one-tile blocks where the two-tile 2..16-row blocks (three per SM; FP8
+    // has no four-per-SM form that does not spill) would leave a partial second wave. Session 17, same call
+    // (us): q | gate | k | v 26.13 -> 22.34, q | k | v | z 27.70 -> 24.01; q_gate (384 two-tile blocks, one
+    // wave) keeps the two-tile form (17.45 against 20.10), gate_up too (47.46 / 47.98).
+    if (qmv_staged_x(a) || (FP8 && mid && !wide && row && waves2)) {
         if constexpr (!FP8) {
             if (wide) return launch_qmv_row<ASYM, SSZ, 2, 2, 3, qmm::kQmvBlockStage>(a, s);
             if (two) return launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
@@ -271,8 +268,7 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         // q | k | v | z of 1024 n-tiles, the attention q | gate | k | v of 896): four per SM at one chunk in flight.
         // Session 17, same call (us, four / eight rows): q | k | v | z 16.10 -> 14.65 / 16.37 -> 14.58,
         // q | gate | k | v 14.42 -> 14.29 / 14.63 -> 14.45; q_gate (384 blocks) and gate_up keep three per SM.
-        if (qmv_mid() && two && !wide && (a.NT + 1) / 2 > 3 * qmm::device_sms())
-            return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 4, true>(a, s);
+        if (mid && !wide && waves2) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 4, true>(a, s);
     }
     two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
         : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
