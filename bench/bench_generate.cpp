@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
             prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % info.vocab_size);
         GenerateOptions g;
         g.max_tokens = n_gen;
+        g.want_logits = false;
         g.sampling.temperature = 0.0f;
         g.ignore_eos = true;
         std::vector<double> pre, dec;

@@ -370,7 +370,21 @@ std::vector<Group> groups(int sms) {
                      inexact(kernel_variant<false, true, 2, 2, 3, kQmvBlockStage, true>("multi_ssm_ntb2_d2_bst")),
                      {"loads_ntb1_d4", false, loads_only<1, 4>, 1, 0, 0, {}},
                      {"loads_ntb1_d8", false, loads_only<1, 8>, 1, 0, 0, {}},
+                     {"loads_ntb1_d6", false, loads_only<1, 6>, 1, 0, 0, {}},
+                     {"loads_ntb1_d12", false, loads_only<1, 12>, 1, 0, 0, {}},
                      {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},
+                     // Where the one-tile kernel's time goes at depth 4 / 6 / 8 (ablations: wrong results).
+                     inexact(kernel_variant<false, false, 1, 6, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d6")),
+                     inexact(kernel_variant<false, false, 1, 8, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d8")),
+                     kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | kQmvNoDequant | kQmvNoMma, true>(
+                         "abl_nocomp_ntb1_d4"),
+                     kernel_variant<false, false, 1, 8, 3, qmm::kQmvMmaSum | kQmvNoDequant | kQmvNoMma, true>(
+                         "abl_nocomp_ntb1_d8"),
+                     kernel_variant<false, false, 1, 8, 3,
+                                    qmm::kQmvMmaSum | kQmvNoDequant | kQmvNoMma | kQmvNoX | qmm::kQmvNoFlush, true>(
+                         "abl_all_ntb1_d8"),
+                     kernel_variant<false, false, 1, 8, 3, qmm::kQmvNoXsum | kQmvNoDequant | kQmvNoMma | kQmvNoX |
+                                                               qmm::kQmvNoFlush, true>("abl_allnosum_ntb1_d8"),
                  }});
     g.push_back({"int4_m4",
                  false,

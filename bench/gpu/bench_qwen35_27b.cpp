@@ -303,45 +303,68 @@ int main(int argc, char** argv) {
         int32_t tok = 1000;
         std::vector<int64_t> contexts = g_quant.empty() ? std::vector<int64_t>{0, 4096, 32768} : std::vector<int64_t>{512};
         if (prefill_only) contexts.clear();
+        // Decode as the engine runs it: a greedy request (no logprobs) takes Model::forward_greedy, whose argmax
+        // runs on the device so only the id comes back; with logprobs (and for sampling) forward() brings the
+        // vocabulary's logits to the host. Both are timed; `decode_<ctx>_roofline` is the greedy one.
+        std::vector<int32_t> ids;
         for (int64_t ctx : contexts) {
-            st->n_past = ctx;
-            for (int i = 0; i < 3; ++i) model->forward(*st, std::span<const int32_t>(&tok, 1), 1, logits);
-            const double t1 = now();
-            for (int i = 0; i < decode_steps; ++i) {
-                model->forward(*st, std::span<const int32_t>(&tok, 1), 1, logits);
-                tok = static_cast<int32_t>(rng() % V);
-            }
-            const double dt = now() - t1;
-            const double tps = decode_steps / dt;
-            const size_t bytes = weight_bytes + state_bytes + kv_bytes(ctx + 3 + decode_steps / 2);
-            const double roof = bw / static_cast<double>(bytes);
             const std::string k = ctx == 0 ? "ctx0" : ctx == 512 ? "ctx512" : (ctx == 4096 ? "ctx4k" : "ctx32k");
-            metrics["decode_" + k + "_tok_s"] = tps;
-            metrics["decode_" + k + "_roofline_tok_s"] = roof;
-            metrics["decode_" + k + "_bytes_per_step"] = bytes;
-            ratios["decode_" + k + "_roofline"] = tps / roof;
-            std::printf("decode ctx %6lld: %.2f tok/s, roofline %.2f tok/s (%.2f GB/step), ratio %.3f\n",
-                        static_cast<long long>(ctx), tps, roof, bytes / 1e9, tps / roof);
+            for (const bool greedy : {true, false}) {
+                st->n_past = ctx;
+                auto step = [&] {
+                    if (greedy)
+                        model->forward_greedy(*st, std::span<const int32_t>(&tok, 1), 1, ids);
+                    else
+                        model->forward(*st, std::span<const int32_t>(&tok, 1), 1, logits);
+                };
+                for (int i = 0; i < 3; ++i) step();
+                const double t1 = now();
+                for (int i = 0; i < decode_steps; ++i) {
+                    step();
+                    tok = static_cast<int32_t>(rng() % V);
+                }
+                const double dt = now() - t1;
+                const double tps = decode_steps / dt;
+                const size_t bytes = weight_bytes + state_bytes + kv_bytes(ctx + 3 + decode_steps / 2);
+                const double roof = bw / static_cast<double>(bytes);
+                const std::string m = "decode_" + k + (greedy ? "" : "_logits");
+                metrics[m + "_tok_s"] = tps;
+                metrics[m + "_roofline_tok_s"] = roof;
+                metrics[m + "_bytes_per_step"] = bytes;
+                ratios[m + "_roofline"] = tps / roof;
+                std::printf("decode ctx %6lld (%s): %.2f tok/s, roofline %.2f tok/s (%.2f GB/step), ratio %.3f\n",
+                            static_cast<long long>(ctx), greedy ? "greedy ids" : "host logits", tps, roof,
+                            bytes / 1e9, tps / roof);
+            }
         }
         if (!g_quant.empty() && !prefill_only) {
             // One speculative verify step (4 tokens, logits for all 4) over one plain step, at context 512.
-            auto step_ms = [&](int T) {
+            // Greedy (the argmax of every row on the device, as a greedy speculative verify takes it) and with
+            // every row's logits on the host; `verify4_over_step1` is the greedy one.
+            auto step_ms = [&](int T, bool greedy) {
                 std::vector<int32_t> toks(static_cast<size_t>(T), 1000);
-                st->n_past = 512;
-                for (int i = 0; i < 3; ++i) model->forward(*st, toks, T, logits);
+                auto run = [&] {
+                    st->n_past = 512;
+                    if (greedy)
+                        model->forward_greedy(*st, toks, T, ids);
+                    else
+                        model->forward(*st, toks, T, logits);
+                };
+                for (int i = 0; i < 3; ++i) run();
                 const int reps = 16;
                 const double t1 = now();
-                for (int i = 0; i < reps; ++i) {
-                    st->n_past = 512;
-                    model->forward(*st, toks, T, logits);
-                }
+                for (int i = 0; i < reps; ++i) run();
                 return (now() - t1) / reps * 1e3;
             };
-            const double t1 = step_ms(1), t4 = step_ms(4);
-            metrics["step1_ms"] = t1;
-            metrics["verify4_ms"] = t4;
-            ratios["verify4_over_step1"] = t4 / t1;
-            std::printf("verify step (4 tokens) %.2f ms / plain step %.2f ms = %.3f\n", t4, t1, t4 / t1);
+            for (const bool greedy : {true, false}) {
+                const double t1 = step_ms(1, greedy), t4 = step_ms(4, greedy);
+                const std::string sfx = greedy ? "" : "_logits";
+                metrics["step1" + sfx + "_ms"] = t1;
+                metrics["verify4" + sfx + "_ms"] = t4;
+                ratios["verify4" + sfx + "_over_step1"] = t4 / t1;
+                std::printf("verify step (4 tokens, %s) %.2f ms / plain step %.2f ms = %.3f\n",
+                            greedy ? "greedy ids" : "host logits", t4, t1, t4 / t1);
+            }
             // Where a plain step's time goes. forward() without logits reaches no sync point, so it only records
             // the step's ops: its wall time is the host-side walk of the model. The synchronize() after it runs
             // them (one graph launch once captured): the device time of the step without lm_head and D2H.

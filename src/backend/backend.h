@@ -122,6 +122,9 @@ public:
         }
     }
     virtual void add_bias(Tensor& x, const Tensor& bias) = 0;  // x [T, N] += bias [N]
+    // out [R] I32 = the index of each row's largest value of logits [R, V] (the lowest on ties; NaN never
+    // wins), for greedy decoding without copying the logits back.
+    virtual void argmax(const Tensor& logits, Tensor& out) = 0;
 
     // ---- fused ops (decode speed, issue 4) ----
     // Each equals the sequence of the ops above named in its comment: the CPU backend runs exactly that

@@ -74,6 +74,7 @@ int run(const RunOptions& o) {
     const std::vector<int32_t> prompt = prompt_ids(*tok, o, info.bos_token_id);
     GenerateOptions g;
     g.max_tokens = o.max_tokens;
+    g.want_logits = false;  // the callback prints ids or text: a greedy run takes Model::forward_greedy
     g.sampling.temperature = o.temperature;
     g.sampling.top_p = o.top_p;
     g.sampling.top_k = o.top_k;

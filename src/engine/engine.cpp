@@ -54,6 +54,7 @@ void Engine::run(server::Task& task) {
     opts.sampling = task.opts.sampling;
     opts.ignore_eos = task.opts.ignore_eos;
     opts.min_tokens = task.opts.min_tokens;
+    opts.want_logits = task.logprobs;  // else greedy requests take Model::forward_greedy
     // generate() stops on extra_stop_ids even with ignore_eos; a client asking to ignore EOS (llama-benchy's
     // exact token counts) means the end-of-turn tokens too.
     if (!task.opts.ignore_eos) opts.extra_stop_ids = task.opts.stop_ids;

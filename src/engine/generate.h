@@ -20,6 +20,10 @@ struct GenerateOptions {
     int64_t min_tokens = 0;               // EOS and extra stop ids are masked until this many tokens exist
     std::vector<int32_t> extra_stop_ids;  // stop ids besides ModelInfo::eos_token_ids (e.g. the tokenizer's)
     int64_t prefill_chunk = 512;          // prompt tokens per forward (bounds scratch memory)
+    // on_token needs the logits (logprobs). Without them a greedy request with no penalties takes
+    // Model::forward_greedy once min_tokens are out: the argmax is found where the logits are (on a GPU only
+    // the id comes back) and on_token gets an empty span.
+    bool want_logits = true;
 };
 
 struct GenerateStats {
@@ -31,7 +35,8 @@ struct GenerateStats {
 
 // on_token(id, logits) is called for every sampled token, including the stop token that ends generation
 // (finish_reason "stop"); logits [vocab] are the raw model logits the token was sampled from (before
-// penalties and temperature), for logprobs. Returning false stops generation ("cancelled").
+// penalties and temperature), for logprobs (empty when GenerateOptions::want_logits is false and the step
+// took the greedy path). Returning false stops generation ("cancelled").
 using TokenCallback = std::function<bool(int32_t id, std::span<const float> logits)>;
 
 // Runs prompt[state.n_past..] (tokens already in the state are not re-run; at least one must be new) and

@@ -292,8 +292,7 @@ public:
         return st;
     }
 
-    void forward(SequenceState& st, std::span<const int32_t> tokens, int64_t n_logits,
-                 std::vector<float>& logits) override {
+    Body body(SequenceState& st, std::span<const int32_t> tokens, int64_t n_logits) override {
         Backend& be = *be_;
         const int64_t n_past = st.n_past;
         ForwardInputs in = begin_forward(be, st, tokens, n_logits, embed_);
@@ -310,7 +309,7 @@ public:
         ops.mlp = [&](size_t i, const Tensor& h, Tensor& y) { mlp_forward(be, layers_[i].mlp, h, y); };
         run_stack(in.x, layers_.size(), c_.attn.norm_eps, NormKind::PLUS_ONE, ops);
         st.n_past += static_cast<int64_t>(tokens.size());
-        final_logits(be, in.x, final_norm_, c_.attn.norm_eps, NormKind::PLUS_ONE, *lm_head_, n_logits, logits);
+        return {in.x, c_.attn.norm_eps, NormKind::PLUS_ONE};
     }
 
     const MtpWeights* mtp() const { return mtp_.get(); }

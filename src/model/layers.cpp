@@ -7,6 +7,7 @@
 
 #include "backend/rope_params.h"
 #include "quant/formats.h"
+#include "sample/sampler.h"
 
 namespace grimoire {
 
@@ -407,6 +408,36 @@ void final_logits(Backend& be,
     }
 }
 
+void final_greedy(Backend& be,
+                  const Tensor& x,
+                  const Tensor& norm_w,
+                  float eps,
+                  NormKind kind,
+                  const Linear& lm_head,
+                  int64_t n_rows,
+                  std::vector<int32_t>& ids) {
+    ids.resize(static_cast<size_t>(n_rows));
+    if (n_rows == 0) return;
+    const DType act = be.act_dtype();
+    Tensor last = x.row_slice(x.rows() - n_rows, n_rows);
+    Tensor hn = be.scratch(act, {n_rows, x.cols()});
+    be.rmsnorm(last, norm_w, eps, kind, hn);
+    Tensor out = be.scratch(act, {n_rows, lm_head.out_features()});
+    lm_head.forward(be, hn, out);
+    Tensor idt = be.scratch(DType::I32, {n_rows});
+    be.argmax(out, idt);
+    be.to_host(idt, ids.data());
+}
+
+void Model::forward_greedy(SequenceState& state, std::span<const int32_t> tokens, int64_t n_rows,
+                           std::vector<int32_t>& ids) {
+    std::vector<float> logits;
+    forward(state, tokens, n_rows, logits);
+    const int64_t V = info_.vocab_size;
+    ids.resize(static_cast<size_t>(n_rows));
+    for (int64_t r = 0; r < n_rows; ++r) ids[static_cast<size_t>(r)] = argmax(logits.data() + r * V, V);
+}
+
 // ---- StackedDecoder ----
 
 StackedDecoder::StackedDecoder(Backend& be, ModelInfo info) {
@@ -489,10 +520,7 @@ class DenseDecoder final : public StackedDecoder {
         return st;
     }
 
-    void forward(SequenceState& st,
-                 std::span<const int32_t> tokens,
-                 int64_t n_logits,
-                 std::vector<float>& logits) override {
+    Body body(SequenceState& st, std::span<const int32_t> tokens, int64_t n_logits) override {
         Backend& be = *be_;
         const int64_t n_past = st.n_past;
         ForwardInputs in = begin_forward(be, st, tokens, n_logits, embed_);
@@ -505,7 +533,7 @@ class DenseDecoder final : public StackedDecoder {
         ops.mlp = [&](size_t i, const Tensor& h, Tensor& y) { mlp_forward(be, layers_[i].mlp, h, y); };
         run_stack(in.x, layers_.size(), c_.attn.norm_eps, NormKind::PLAIN, ops);
         st.n_past += static_cast<int64_t>(tokens.size());
-        final_logits(be, in.x, final_norm_, c_.attn.norm_eps, NormKind::PLAIN, *lm_head_, n_logits, logits);
+        return {in.x, c_.attn.norm_eps, NormKind::PLAIN};
     }
 
   private:

@@ -179,6 +179,16 @@ void final_logits(Backend& be,
                   int64_t n_logits,
                   std::vector<float>& logits,
                   int64_t chunks = 0);
+// The same head, greedy: ids [n_rows] (resized) = the argmax over the vocabulary of each of the last n_rows rows'
+// logits, on the backend (Backend::argmax), so only the ids come back.
+void final_greedy(Backend& be,
+                  const Tensor& x,
+                  const Tensor& norm_w,
+                  float eps,
+                  NormKind kind,
+                  const Linear& lm_head,
+                  int64_t n_rows,
+                  std::vector<int32_t>& ids);
 // Vocabulary chunks for n_logits rows: 4 from 131072 entries, 2 from 65536, else 1, and 1 above 16 rows;
 // GRIMOIRE_LOGIT_CHUNKS=N forces N (1: the single GEMV and copy, for A/B).
 int64_t logit_chunks(int64_t vocab, int64_t n_logits);
@@ -188,8 +198,28 @@ int64_t logit_chunks(int64_t vocab, int64_t n_logits);
 // The two ends of a decoder's weights and its residual stack, shared by DenseDecoder and HybridDecoder.
 // The constructor resets info's parameter counts, which the WeightLoader then accumulates.
 class StackedDecoder : public Model {
+  public:
+    void forward(SequenceState& st, std::span<const int32_t> tokens, int64_t n_logits,
+                 std::vector<float>& logits) final {
+        const Body b = body(st, tokens, n_logits);
+        final_logits(*be_, b.x, final_norm_, b.eps, b.kind, *lm_head_, n_logits, logits);
+    }
+    void forward_greedy(SequenceState& st, std::span<const int32_t> tokens, int64_t n_rows,
+                        std::vector<int32_t>& ids) final {
+        const Body b = body(st, tokens, n_rows);
+        final_greedy(*be_, b.x, final_norm_, b.eps, b.kind, *lm_head_, n_rows, ids);
+    }
+
   protected:
     StackedDecoder(Backend& be, ModelInfo info);
+    // The architecture's layers over `tokens` (state advanced): the residual stream x [T, H] before the final
+    // norm, and that norm's eps and kind; n_rows: the rows the head will read.
+    struct Body {
+        Tensor x;
+        float eps = 0.0f;
+        NormKind kind = NormKind::PLAIN;
+    };
+    virtual Body body(SequenceState& st, std::span<const int32_t> tokens, int64_t n_rows) = 0;
     // `prefix`embed_tokens.weight [vocab, H].
     void load_embedding(WeightLoader& wl, const std::string& prefix, int64_t vocab, int64_t hidden);
     // `prefix`norm.weight and lm_head (the embedding when tied or when lm_head.weight is absent).

@@ -38,6 +38,11 @@ public:
     // logits for the last `n_logits` tokens into logits [n_logits, vocab] (host memory).
     virtual void forward(SequenceState& state, std::span<const int32_t> tokens, int64_t n_logits,
                          std::vector<float>& logits) = 0;
+    // Greedy decoding's step: runs `tokens` as forward() does and writes ids [n_rows], the argmax token of each
+    // of the last n_rows positions (the lowest id on ties, as Sampler's greedy), found where the logits are: a
+    // GPU backend copies back n_rows ids instead of n_rows x vocab logits. This default takes forward()'s.
+    virtual void forward_greedy(SequenceState& state, std::span<const int32_t> tokens, int64_t n_rows,
+                                std::vector<int32_t>& ids);
 
 protected:
     ModelInfo info_;

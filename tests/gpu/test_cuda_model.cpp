@@ -177,6 +177,35 @@ TEST_P(CudaModel, GraphReplayEqualsDirectLaunches) {
         << "graph replay must be bitwise identical to direct launches";
 }
 
+// Model::forward_greedy: the argmax on the device (CudaBackend::argmax) equals the host argmax of forward()'s
+// logits (the same BF16 values widened), for one row through 64 greedy steps (graphs replayed) and for the
+// last 4 rows of a 4-token step; the two states then hold the same sequence.
+TEST_P(CudaModel, DeviceGreedyEqualsArgmaxOfLogits) {
+    GRIMOIRE_REQUIRE_GPU();
+    const Ref ref(GetParam());
+    CudaBackend gpu(0, DType::BF16);
+    auto m = load_model(fixture(GetParam()), gpu);
+    const int64_t V = m->info().vocab_size;
+    auto sa = m->new_state(256), sb = m->new_state(256);
+    std::vector<float> logits;
+    std::vector<int32_t> ids;
+    m->forward(*sa, ref.ids("greedy_prompt"), 1, logits);
+    m->forward_greedy(*sb, ref.ids("greedy_prompt"), 1, ids);
+    ASSERT_EQ(ids.size(), 1u);
+    for (int i = 0; i < 64; ++i) {
+        const int32_t want = argmax(logits.data(), V);
+        ASSERT_EQ(ids[0], want) << "step " << i;
+        m->forward(*sa, std::span<const int32_t>(&want, 1), 1, logits);
+        m->forward_greedy(*sb, std::span<const int32_t>(&ids[0], 1), 1, ids);
+    }
+    const std::vector<int32_t> four = {ids[0], 17, 4, 99};
+    m->forward(*sa, four, 4, logits);
+    m->forward_greedy(*sb, four, 4, ids);
+    ASSERT_EQ(ids.size(), 4u);
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(ids[static_cast<size_t>(r)], argmax(logits.data() + r * V, V)) << "row " << r;
+    EXPECT_GE(gpu.graph_stats().replays, 60);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModel, ::testing::Values("qwen3_5", "qwen3_5_causal", "qwen3_next"));
 
 TEST(CudaBackendFactory, AutoPicksCudaWhenPresent) {

@@ -148,6 +148,51 @@ TEST_F(Generate, ChunkedPrefillGivesSameTokens) {
     EXPECT_EQ(s.prompt_tokens, static_cast<int64_t>(ref.prompts[0].size()));
 }
 
+// Without logits for the callback a greedy request takes Model::forward_greedy (the backend's argmax): the
+// transformers tokens, an empty span, and min_tokens still masking the stop ids first (host path until then).
+TEST_F(Generate, GreedyWithoutLogitsTakesTheArgmaxPath) {
+    for (int64_t chunk : {int64_t{512}, int64_t{5}}) {
+        GenerateOptions o = greedy;
+        o.want_logits = false;
+        o.max_tokens = 16;
+        o.prefill_chunk = chunk;
+        auto st = model->new_state(64);
+        std::vector<int32_t> got;
+        generate(*model, *st, ref.prompts[0], o, [&](int32_t id, std::span<const float> logits) {
+            EXPECT_TRUE(logits.empty());
+            got.push_back(id);
+            return true;
+        });
+        EXPECT_EQ(got, ref.greedy) << "prefill chunk " << chunk;
+    }
+    GenerateOptions o = greedy;
+    o.want_logits = false;
+    o.ignore_eos = false;
+    o.max_tokens = 16;
+    o.min_tokens = 4;
+    o.extra_stop_ids = {ref.greedy[1]};
+    auto st = model->new_state(64);
+    std::vector<int32_t> got;
+    std::vector<size_t> sizes;
+    const GenerateStats s = generate(*model, *st, ref.prompts[0], o, [&](int32_t id, std::span<const float> logits) {
+        sizes.push_back(logits.size());
+        got.push_back(id);
+        return true;
+    });
+    ASSERT_GE(got.size(), 4u);
+    for (size_t i = 0; i < got.size(); ++i) {
+        if (i < 4) {
+            EXPECT_NE(got[i], ref.greedy[1]) << "stop id masked before min_tokens, token " << i;
+            EXPECT_EQ(sizes[i], static_cast<size_t>(ref.vocab)) << "host path before min_tokens, token " << i;
+        } else {
+            EXPECT_EQ(sizes[i], 0u) << "argmax path after min_tokens, token " << i;
+        }
+    }
+    if (s.finish_reason == "stop") {
+        EXPECT_EQ(got.back(), ref.greedy[1]);
+    }
+}
+
 TEST_F(Generate, SeededSamplingIsDeterministicAndSeesRawLogits) {
     GenerateOptions o;
     o.max_tokens = 12;

@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <cmath>
 #include <cstring>
 #include <new>
 #include <string>
@@ -300,6 +301,19 @@ void CpuBackend::matmul(const Tensor& x, const Tensor& w, Tensor& out) {
     GRIMOIRE_CHECK(w.dim(1) == K, "matmul: x has " + std::to_string(K) + " columns, w has " + std::to_string(w.dim(1)));
     expect_numel(out, T * N, "matmul", "out");
     cpu::matmul(x.ptr<const float>(), w.data, w.dtype, T, K, N, out.ptr<float>());
+}
+
+void CpuBackend::argmax(const Tensor& logits, Tensor& out) {
+    expect_f32(logits, "argmax", "logits");
+    const int64_t R = logits.rows(), V = logits.cols();
+    if (out.dtype != DType::I32 || out.numel() != R) throw Error("cpu argmax: out must be I32 [rows of logits]");
+    for (int64_t r = 0; r < R; ++r) {
+        const float* row = logits.ptr<float>() + r * V;
+        int64_t best = -1;
+        for (int64_t i = 0; i < V; ++i)  // NaN never wins; the lowest index on ties
+            if (!std::isnan(row[i]) && (best < 0 || row[i] > row[best])) best = i;
+        out.ptr<int32_t>()[r] = static_cast<int32_t>(best < 0 ? 0 : best);
+    }
 }
 
 void CpuBackend::add_bias(Tensor& x, const Tensor& bias) {

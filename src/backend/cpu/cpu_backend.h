@@ -59,6 +59,7 @@ public:
                           const Tensor& A_log, const Tensor& dt_bias, Tensor& state, Tensor& out) override;
     void matmul(const Tensor& x, const Tensor& w, Tensor& out) override;
     void add_bias(Tensor& x, const Tensor& bias) override;
+    void argmax(const Tensor& logits, Tensor& out) override;
 
     // ---- fused ops: exactly the unfused sequences of backend.h (the oracle for the CUDA kernels) ----
     void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKind kind, Tensor& out) override;

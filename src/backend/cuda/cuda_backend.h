@@ -118,7 +118,7 @@ public:
 
     // ---- CUDA-only ----
     // Greedy / sampled token selection on the device: logits [R, V] -> out [R] I32 (device).
-    void argmax(const Tensor& logits, Tensor& out);
+    void argmax(const Tensor& logits, Tensor& out) override;
     void sample(const Tensor& logits, const Tensor& uniform, float temperature, int top_k, float top_p, Tensor& out);
     void set_graphs(bool on) {
         materialize_split();

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Like pack_gpu_binaries.sh, for the named binaries only (the carry limit with the tracked tree is tight):
+#   tools/pack_some.sh BUILD_DIR NAME...   (NAME: a binary of BUILD_DIR or of BUILD_DIR/tests)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=$1; shift
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for b in "$@"; do
+    if [ -x "$BUILD/$b" ]; then strip -o "$tmp/$b" "$BUILD/$b"; else strip -o "$tmp/$b" "$BUILD/tests/$b"; fi
+done
+cp "$(ldconfig -p | awk '/libutf8proc.so.2 /{print $NF; exit}')" "$tmp/"
+mkdir -p carry
+(cd "$tmp" && tar cf - ./*) | xz -9e -T2 --lzma2=preset=9e,dict=192MiB > carry/pk.tar.xz
+ls -la carry/pk.tar.xz
