@@ -343,6 +343,24 @@ TEST(CudaKernels, ArgmaxAndSampleOnDevice) {
         const float* row = &logits[static_cast<size_t>(r * V)];
         EXPECT_EQ(got[static_cast<size_t>(r)], std::max_element(row, row + V) - row) << "row " << r;
     }
+    // BF16 logits (the decode step's, whole 16-byte pieces: the vectorized path), the tie again and a NaN, which
+    // never wins.
+    {
+        auto lb = logits;
+        lb[static_cast<size_t>(2 * V + 3)] = NAN;
+        Tensor lg16 = put(*b.gpu, lb, DType::BF16, {R, V});
+        b.gpu->argmax(lg16, out);
+        b.gpu->to_host(out, got.data());
+        for (int64_t r = 0; r < R; ++r) {
+            int64_t want = -1;
+            for (int64_t i = 0; i < V; ++i) {
+                const float v = lb[static_cast<size_t>(r * V + i)];
+                if (!std::isnan(v) && (want < 0 || v > lb[static_cast<size_t>(r * V + want)])) want = i;
+            }
+            EXPECT_EQ(got[static_cast<size_t>(r)], want) << "bf16 row " << r;
+        }
+        b.gpu->free_persistent(lg16);
+    }
     // Sampling: the host replays the same rule (top-k sorted, softmax at temperature, top-p prefix,
     // inverse CDF with the given uniform) and must pick the same token.
     const float temp = 0.7f, top_p = 0.9f;

@@ -26,10 +26,10 @@ __device__ __forceinline__ void warp_best(float& bv, int& bi) {
     }
 }
 
+__device__ void block_best(float bv, int bi, float* out_v, int* out_i);
+
 // Block argmax among elements strictly after (pv, pi) in the (value desc, index asc) order.
 __device__ void block_argmax_after(const void* row, int dt, int V, float pv, int pi, float* out_v, int* out_i) {
-    __shared__ float sv[32];
-    __shared__ int si[32];
     float bv = -INFINITY;
     int bi = INT_MAX;
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
@@ -41,6 +41,13 @@ __device__ void block_argmax_after(const void* row, int dt, int V, float pv, int
             bi = i;
         }
     }
+    block_best(bv, bi, out_v, out_i);
+}
+
+// The block's best of every thread's (bv, bi) into *out_v, *out_i (index 0 when no element qualified).
+__device__ void block_best(float bv, int bi, float* out_v, int* out_i) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
     warp_best(bv, bi);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     __syncthreads();
@@ -65,11 +72,33 @@ __device__ void block_argmax_after(const void* row, int dt, int V, float pv, int
 }
 }  // namespace
 
+// Greedy decoding's argmax, in the decode step's graph after the lm_head (launch_pdl). BF16 rows of whole
+// 16-byte pieces are read a piece per load, each thread's pieces in index order (so the strict `better`
+// keeps the lowest index on ties): the scalar loop's 2-byte loads over a 248320-entry row were ~60 dependent
+// rounds per thread.
 static __global__ void argmax_kernel(const void* logits, int dt, int V, int32_t* out) {
+    pdl_enter();
     const void* row = static_cast<const char*>(logits) + static_cast<size_t>(blockIdx.x) * V * (dt == kF32 ? 4 : 2);
     float v;
     int i;
-    block_argmax_after(row, dt, V, INFINITY, -1, &v, &i);
+    if (dt == kBF16 && V % 8 == 0 && (reinterpret_cast<uintptr_t>(row) & 15) == 0) {
+        const uint4* p = static_cast<const uint4*>(row);
+        float bv = -INFINITY;
+        int bi = INT_MAX;
+        for (int k = threadIdx.x; k < V / 8; k += blockDim.x) {
+            const uint4 u = p[k];
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                float x = __uint_as_float((e & 1 ? w[e >> 1] >> 16 : w[e >> 1] & 0xFFFFu) << 16);
+                if (x != x) x = -INFINITY;  // NaN never wins
+                if (better(x, 8 * k + e, bv, bi)) bv = x, bi = 8 * k + e;
+            }
+        }
+        block_best(bv, bi, &v, &i);
+    } else {
+        block_argmax_after(row, dt, V, INFINITY, -1, &v, &i);
+    }
     if (threadIdx.x == 0) out[blockIdx.x] = i;
 }
 
@@ -125,7 +154,7 @@ static __global__ void sample_kernel(const void* logits, int dt, int V, const fl
 }
 
 static void launch_argmax(const void* logits, int dt, int64_t R, int64_t V, int32_t* out, cudaStream_t s) {
-    argmax_kernel<<<static_cast<unsigned>(R), kThreads, 0, s>>>(logits, dt, static_cast<int>(V), out);
+    launch_pdl(argmax_kernel, dim3(static_cast<unsigned>(R)), dim3(kThreads), 0, s, logits, dt, static_cast<int>(V), out);
     check_launch("argmax");
 }
 
