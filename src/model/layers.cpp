@@ -347,6 +347,16 @@ int64_t logit_chunks(int64_t vocab, int64_t n_logits) {
     return vocab >= 131072 ? 4 : vocab >= 65536 ? 2 : 1;
 }
 
+namespace {
+// The final norm of the last n rows of x [T, H]: only they need it and the (vocab-sized) lm_head.
+Tensor final_norm_rows(Backend& be, const Tensor& x, const Tensor& norm_w, float eps, NormKind kind, int64_t n) {
+    Tensor last = x.row_slice(x.rows() - n, n);
+    Tensor hn = be.scratch(be.act_dtype(), {n, x.cols()});
+    be.rmsnorm(last, norm_w, eps, kind, hn);
+    return hn;
+}
+}  // namespace
+
 void final_logits(Backend& be,
                   const Tensor& x,
                   const Tensor& norm_w,
@@ -360,10 +370,7 @@ void final_logits(Backend& be,
     const DType act = be.act_dtype();
     logits.resize(static_cast<size_t>(n_logits * V));
     if (n_logits == 0) return;
-    // Only the last n_logits rows need the final norm and the (vocab-sized) lm_head.
-    Tensor last = x.row_slice(x.rows() - n_logits, n_logits);
-    Tensor hn = be.scratch(act, {n_logits, x.cols()});
-    be.rmsnorm(last, norm_w, eps, kind, hn);
+    const Tensor hn = final_norm_rows(be, x, norm_w, eps, kind, n_logits);
     const Tensor* w = lm_head.plain_weight();
     if (chunks <= 0) chunks = logit_chunks(V, n_logits);
     if (w && act != DType::F32 && chunks > 1) {
@@ -418,11 +425,8 @@ void final_greedy(Backend& be,
                   std::vector<int32_t>& ids) {
     ids.resize(static_cast<size_t>(n_rows));
     if (n_rows == 0) return;
-    const DType act = be.act_dtype();
-    Tensor last = x.row_slice(x.rows() - n_rows, n_rows);
-    Tensor hn = be.scratch(act, {n_rows, x.cols()});
-    be.rmsnorm(last, norm_w, eps, kind, hn);
-    Tensor out = be.scratch(act, {n_rows, lm_head.out_features()});
+    const Tensor hn = final_norm_rows(be, x, norm_w, eps, kind, n_rows);
+    Tensor out = be.scratch(be.act_dtype(), {n_rows, lm_head.out_features()});
     lm_head.forward(be, hn, out);
     Tensor idt = be.scratch(DType::I32, {n_rows});
     be.argmax(out, idt);
