@@ -6,8 +6,9 @@
 // owns D/32 consecutive dims; each warp walks every 4th row, two rows per iteration, with an online softmax
 // per head; the 4 warps are merged in shared memory and the split writes (max, sum, unnormalised acc) to the
 // workspace (decode_tile_kernel with G = 6 or 8: two blocks per (kvh, split), each with half the query heads;
-// see launch_tile). Blocks past the device-computed split count return at once. Kernel 2, one block per query
-// head, merges the splits (and, for gated attention, applies the sigmoid output gate).
+// see launch_tile; decode_tc_kernel: the same split on tensor cores, taken where it applies: BF16 caches and
+// query, head_dim 128 / 256, G <= 8). Blocks past the device-computed split count return at once. Kernel 2, one
+// block per query head, merges the splits (and, for gated attention, applies the sigmoid output gate).
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -40,6 +41,9 @@ struct DecodeParams {
     int max_splits;  // kMaxSplits / T
     int n_tok;       // T
     int hsplit;      // decode_tile_kernel: blocks per KV head, each taking G / hsplit of its query heads
+    // decode_tc_kernel: the predecessor kernel is the one that wrote this step's cache rows (gated attention's
+    // prep), so rows before the first token's position may be read before the programmatic-launch wait.
+    int prewait;
 };
 
 template <int EPL>
@@ -322,6 +326,15 @@ __device__ __forceinline__ void bf16_to_f(const U& u, float* f) {
     }
 }
 
+// D [16x8] += A [16x16] B [16x8], BF16 inputs, f32 accumulate (registers as PTX's mma fragments).
+__device__ __forceinline__ void mma16816_raw(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 constexpr int kTileRows = 8;
 template <int EPL, int G>
 static __global__ void __launch_bounds__(32 * kWarps, 3) decode_tile_kernel(DecodeParams p) {
@@ -426,6 +439,196 @@ static __global__ void __launch_bounds__(32 * kWarps, 3) decode_tile_kernel(Deco
     store_split(p, &sm_acc[0][0][0], &sm_m[0][0], &sm_l[0][0], G, G, D, h0, sr.slot);
 }
 
+// BF16 caches and query, head_dim 128 / 256, G <= 8: the same split walked on tensor cores (mma.sync m16n8k16,
+// f32 accumulate), a warp per 16-key tile. The tile kernel above spends ~1,200 dependent FMA / shuffle
+// instructions per 8-row tile at G = 6; here a 16-key tile is 2 x D / 16 mma for the scores and 2 x D / 16
+// for P V (docs/BENCHMARKS.md, session 19).
+//   * Scores S [heads x keys] = Q K^T: A = Q (head g in row g; rows 8..15 empty), B = K^T, one n8 tile per 8
+//     keys. The k index of a fragment is mapped to dims so that lane (g, t) reads 16 contiguous bytes of key
+//     g's row: within each 32-dim group, fragment columns 2t, 2t + 1 of the even k-step are dims 8t, 8t + 1,
+//     columns 2t + 8, 2t + 9 dims 8t + 2, 8t + 3, and the odd k-step the next four; Q is read the same way, so
+//     every product of the dot product is formed once (the order of the f32 sums is the mma's).
+//   * S's accumulator layout (lane (g, t): head g, keys 2t, 2t + 1 of each n8 tile) is the B operand of
+//     O^T [dims x heads] += V^T P^T, so P never leaves the registers. P is fed as BF16 hi + lo parts (two mma),
+//     ~16 bits of each probability, near the f32 products of the other kernels.
+//   * V^T as A: lane group g owns dims [g D / 8, (g + 1) D / 8); m-tile i's rows g / g + 8 are its dims 2i /
+//     2i + 1, so each of the 4 key rows it needs (keys 2t, 2t + 1, 2t + 8, 2t + 9) is one contiguous D / 8-dim
+//     load and a fragment register is one byte permute of two of them.
+//   * Online softmax per head in f32 (scores scaled after the mma), keys past the split masked, rows past the
+//     length loaded as zeros (never the cache's stale values).
+template <int EPL, int KT>
+static __global__ void __launch_bounds__(32 * kWarps) decode_tc_kernel(DecodeParams p) {
+    constexpr int D = 32 * EPL, NP = D / 32, MT = D / 16, VU = D / 64;  // VU: 16-byte V loads per key row
+    constexpr int kKeys = 8 * KT;  // KT n8 tiles of keys per warp tile (1: P V's keys 8..15 are zeros)
+    __shared__ float sm_acc[kWarps][kMaxG][D];
+    __shared__ float sm_m[kWarps][kMaxG], sm_l[kWarps][kMaxG];
+    __shared__ uint4 sm_q[kMaxG][D / 8 + 1];
+    // p.prewait: the length (filled at the step's start) and the cache rows of earlier steps are complete
+    // before this kernel's predecessor ran (it passed its own wait before letting this one launch), so the
+    // first tile's rows before this step's first position are loaded before the wait; the rows the
+    // predecessor wrote, after it.
+    if (!p.prewait) pdl_enter();  // launched through launch_pdl (common.cuh)
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t kvh = blockIdx.x;
+    SplitRange sr;
+    if (!split_range(p, sr)) return;
+    const int64_t fresh = !p.prewait ? 0 : p.n_past_dev ? p.n_past_dev[0] : p.n_past;  // rows this step wrote
+    const int G = p.G;
+    const int64_t row = p.Hkv * D;
+    const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
+    const __nv_bfloat16* kc = static_cast<const __nv_bfloat16*>(p.k_cache) + kvh * D;
+    const __nv_bfloat16* vc = static_cast<const __nv_bfloat16*>(p.v_cache) + kvh * D + g * (D / 8);
+    float acc[MT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    float m = -INFINITY, l = 0.0f;  // head g's running max and sum
+    // The tile's K rows (key 8j + g, dims 32pp + 8t ..) and V rows (keys 2t, 2t + 1, 8 + 2t, 9 + 2t, the lane
+    // group's dims); rows past the split as zeros. The next tile's are loaded while this one is computed.
+    uint4 kf[KT][NP], vf[2 * KT][VU];
+    // mode 0: every row of the tile; 1: the rows before `fresh` (zeros for the others); 2: only the rows from
+    // `fresh` on (the others keep their values).
+    auto load_tile = [&](int64_t r0, int mode) {
+        const int nrow = static_cast<int>(sr.k1 - r0 < kKeys ? sr.k1 - r0 : kKeys);
+        auto take = [&](int key) { return mode == 0 || (mode == 1) == (r0 + key < fresh); };
+#pragma unroll
+        for (int j = 0; j < KT; ++j) {
+            const int key = 8 * j + g;
+            if (mode == 2 && !(key < nrow && take(key))) continue;
+#pragma unroll
+            for (int pp = 0; pp < NP; ++pp)
+                kf[j][pp] = key < nrow && take(key)
+                                ? *reinterpret_cast<const uint4*>(kc + (r0 + key) * row + 32 * pp + 8 * t)
+                                : zero4;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 2 * KT; ++kk) {
+            const int key = 2 * t + (kk & 1) + 8 * (kk >> 1);
+            if (mode == 2 && !(key < nrow && take(key))) continue;
+#pragma unroll
+            for (int u = 0; u < VU; ++u)
+                vf[kk][u] = key < nrow && take(key) ? *reinterpret_cast<const uint4*>(vc + (r0 + key) * row + 8 * u)
+                                                    : zero4;
+        }
+    };
+    constexpr int64_t kStride = kWarps * kKeys;
+    const int64_t first = sr.k0 + warp * kKeys;
+    if (p.prewait) {
+        if (first < sr.k1) load_tile(first, 1);
+        pdl_enter();
+        if (first < sr.k1 && first + kKeys > fresh) load_tile(first, 2);
+    } else if (first < sr.k1) {
+        load_tile(first, 0);  // in flight while q is staged
+    }
+    // The block's query heads (BF16, zeros past G) in shared memory, rows padded by 16 bytes so that the 8 lane
+    // groups' 16-byte reads of one column fall in different banks; a lane reads its A fragments per tile
+    // (held in registers they spilled at head_dim 256).
+    for (int i = static_cast<int>(threadIdx.x); i < kMaxG * D / 8; i += 32 * kWarps) {
+        const int h = i / (D / 8), c = i - h * (D / 8);
+        sm_q[h][c] = h < G ? *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.q) +
+                                                              (sr.tok * p.Hq + kvh * G + h) * D + 8 * c)
+                           : zero4;
+    }
+    __syncthreads();
+    const uint4* qrow = &sm_q[g][t];
+    for (int64_t r0 = sr.k0 + warp * kKeys; r0 < sr.k1; r0 += kStride) {
+        const int nrow = static_cast<int>(sr.k1 - r0 < kKeys ? sr.k1 - r0 : kKeys);  // >= 1
+        // Scores: the even and odd k-steps in two accumulators (two dependent mma chains of D / 32).
+        float s[2][4] = {}, s2[2][4] = {};
+#pragma unroll
+        for (int j = 0; j < KT; ++j) {
+#pragma unroll
+            for (int pp = 0; pp < NP; ++pp) {
+                const uint4 qf = qrow[4 * pp];  // head g, dims 32pp + 8t .. 32pp + 8t + 7
+                mma16816_raw(s[j], qf.x, 0u, qf.y, 0u, kf[j][pp].x, kf[j][pp].y);
+                mma16816_raw(s2[j], qf.z, 0u, qf.w, 0u, kf[j][pp].z, kf[j][pp].w);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < KT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[j][e] += s2[j][e];
+        // This tile's V rows, before the next tile's loads take their registers.
+        uint4 vc_t[2 * KT][VU];
+#pragma unroll
+        for (int kk = 0; kk < 2 * KT; ++kk)
+#pragma unroll
+            for (int u = 0; u < VU; ++u) vc_t[kk][u] = vf[kk][u];
+        if (r0 + kStride < sr.k1) load_tile(r0 + kStride, 0);
+        // Head g's scores of keys 2t, 2t + 1, 8 + 2t, 9 + 2t.
+        float sv[4] = {s[0][0], s[0][1], s[1][0], s[1][1]};
+        float mx = -INFINITY;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int key = 2 * t + (e & 1) + 8 * (e >> 1);
+            sv[e] = key < nrow ? sv[e] * p.scale : -INFINITY;
+            mx = fmaxf(mx, sv[e]);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m, mx);  // finite: key 0 of the tile exists
+        const float corr = __expf(m - mn);
+        float pv[4], ps = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pv[e] = __expf(sv[e] - mn), ps += pv[e];
+        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+        ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+        l = l * corr + ps;
+        m = mn;
+        // acc's columns are heads 2t, 2t + 1: their factors live in lanes 8t and 8t + 4.
+        const float ca = __shfl_sync(0xffffffffu, corr, 8 * t), cb = __shfl_sync(0xffffffffu, corr, 8 * t + 4);
+        uint32_t bh[2], bl[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const __nv_bfloat162 hi = __floats2bfloat162_rn(pv[2 * h], pv[2 * h + 1]);
+            const float2 hf = __bfloat1622float2(hi);
+            const __nv_bfloat162 lo = __floats2bfloat162_rn(pv[2 * h] - hf.x, pv[2 * h + 1] - hf.y);
+            bh[h] = *reinterpret_cast<const uint32_t*>(&hi);
+            bl[h] = *reinterpret_cast<const uint32_t*>(&lo);
+        }
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+            acc[i][0] *= ca, acc[i][1] *= cb, acc[i][2] *= ca, acc[i][3] *= cb;
+            auto word = [&](int kk) {
+                if (kk >= 2 * KT) return 0u;
+                const uint4& u = vc_t[kk][i >> 2];
+                const int c = i & 3;
+                return c == 0 ? u.x : c == 1 ? u.y : c == 2 ? u.z : u.w;
+            };
+            const uint32_t a0 = __byte_perm(word(0), word(1), 0x5410), a1 = __byte_perm(word(0), word(1), 0x7632);
+            const uint32_t a2 = __byte_perm(word(2), word(3), 0x5410), a3 = __byte_perm(word(2), word(3), 0x7632);
+            mma16816_raw(acc[i], a0, a1, a2, a3, bh[0], bh[1]);
+            mma16816_raw(acc[i], a0, a1, a2, a3, bl[0], bl[1]);
+        }
+    }
+    if (t == 0 && g < G) sm_m[warp][g] = m, sm_l[warp][g] = l;
+#pragma unroll
+    for (int i = 0; i < MT; ++i) {
+        const int d0 = g * (D / 8) + 2 * i;
+        if (2 * t < G) sm_acc[warp][2 * t][d0] = acc[i][0], sm_acc[warp][2 * t][d0 + 1] = acc[i][2];
+        if (2 * t + 1 < G) sm_acc[warp][2 * t + 1][d0] = acc[i][1], sm_acc[warp][2 * t + 1][d0 + 1] = acc[i][3];
+    }
+    __syncthreads();
+    store_split(p, &sm_acc[0][0][0], &sm_m[0][0], &sm_l[0][0], kMaxG, G, D, kvh * G, sr.slot);
+}
+
+// GRIMOIRE_DECODE_PREWAIT=0: the tensor-core walk loads nothing before the programmatic-launch wait (the A/B).
+bool prewait_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("GRIMOIRE_DECODE_PREWAIT");
+        return !(v && std::string(v) == "0");
+    }();
+    return on && pdl_enabled();
+}
+
+// GRIMOIRE_DECODE_TC=0: the FMA walks (decode_tile_kernel) where the tensor-core one applies (for comparison).
+bool tc_disabled() {
+    static const bool off = [] {
+        const char* v = std::getenv("GRIMOIRE_DECODE_TC");
+        return v && std::string(v) == "0";
+    }();
+    return off;
+}
+
 // GRIMOIRE_DECODE_HSPLIT=0: one block per KV head and split for every G (for comparison).
 bool hsplit_disabled() {
     static const bool off = [] {
@@ -476,7 +679,16 @@ static void launch_decode_typed(const DecodeParams& p, cudaStream_t s) {
     dim3 grid(static_cast<unsigned>(p.Hkv), static_cast<unsigned>(p.max_splits), T);
     const bool tile_ok = std::is_same_v<CT, __nv_bfloat16> && !tile_disabled() &&
                          ((reinterpret_cast<uintptr_t>(p.k_cache) | reinterpret_cast<uintptr_t>(p.v_cache)) & 15) == 0;
-    if (tile_ok && ((p.D == 256 && launch_tile<8>(p, grid, s)) || (p.D == 128 && launch_tile<4>(p, grid, s)))) {
+    const bool tc_ok = tile_ok && !tc_disabled() && p.q_dt == kBF16 && p.G <= kMaxG &&
+                       (reinterpret_cast<uintptr_t>(p.q) & 15) == 0 && (p.D == 256 || p.D == 128);
+    if (tc_ok) {
+        // 8-key tiles (KT = 1): at 32 keys per split (lengths up to 4096) each of the 4 warps has one; 16-key
+        // tiles were 6-12% slower at 32K (and spill at head_dim 256 with the next tile in flight).
+        if (p.D == 256)
+            launch_pdl(decode_tc_kernel<8, 1>, grid, dim3(32 * kWarps), 0, s, p);
+        else
+            launch_pdl(decode_tc_kernel<4, 1>, grid, dim3(32 * kWarps), 0, s, p);
+    } else if (tile_ok && ((p.D == 256 && launch_tile<8>(p, grid, s)) || (p.D == 128 && launch_tile<4>(p, grid, s)))) {
     } else switch (p.D / 32) {
             case 1:
                 launch_pdl(decode_split_kernel<CT, 1>, grid, dim3(32 * kWarps), 0, s, p);
@@ -505,7 +717,9 @@ void launch_decode(const void* q, int q_dt, const void* k_cache, const void* v_c
     if (g.T < 1 || g.T > kMaxDecodeTokens) throw Error("cuda attention: decode takes 1..8 tokens");
     DecodeParams p{q, k_cache, v_cache, ws, out, q_dt, o_dt, static_cast<int>(g.Hq / g.Hkv), g.Hq, g.Hkv, g.D,
                    n_past, n_past_dev, scale, gate, gate_dt, gate_stride, static_cast<int>(kMaxSplits / g.T),
-                   static_cast<int>(g.T), 1};
+                   static_cast<int>(g.T), 1, 0};
+    // Gated attention: the prep kernel launched just before wrote this step's cache rows (fused_gated_attention.cu).
+    p.prewait = gate != nullptr && prewait_enabled() ? 1 : 0;
     if (kv_dt == kBF16) launch_decode_typed<__nv_bfloat16>(p, s);
     else launch_decode_typed<float>(p, s);
 }
