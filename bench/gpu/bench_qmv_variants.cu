@@ -426,6 +426,20 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 1, 2, 3, 0, true, 16>("ssm_ntb1_d2"),
              kernel_variant<false, true, 2, 2, 3, 0, true, 16>("ssm_ntb2_d2"),
              library<false>("library"),
+             // Where sixteen rows lose their time on qmm.cu's wide-weight form (ablations: wrong results): no x
+             // loads (B fragments constant), no mma, no dequant, and none of the three.
+             kernel_variant<false, true, 2, 3, 2, kQmvNoX, true, 16>("abl_nox_ntb2_d3_mb2"),
+             kernel_variant<false, true, 2, 3, 2, kQmvNoMma, true, 16>("abl_nomma_ntb2_d3_mb2"),
+             kernel_variant<false, true, 2, 3, 2, kQmvNoDequant, true, 16>("abl_nodeq_ntb2_d3_mb2"),
+             kernel_variant<false, true, 2, 3, 2, kQmvNoX | kQmvNoMma | kQmvNoDequant, true, 16>(
+                 "abl_nocomp_ntb2_d3_mb2"),
+             kernel_variant<false, true, 2, 2, 3, kQmvNoX, true, 16>("abl_nox_ntb2_d2"),
+             // The zero point subtracted from each weight in BF16 (kQmvSubZ): no all-ones mma for x's group sums
+             // (a third of the mma at sixteen rows), four more BF16 subtractions per 8 weights.
+             inexact(kernel_variant<false, true, 2, 3, 2, qmm::kQmvSubZ, true, 16>("subz_ntb2_d3_mb2")),
+             inexact(kernel_variant<false, true, 2, 2, 3, qmm::kQmvSubZ, true, 16>("subz_ntb2_d2")),
+             inexact(kernel_variant<false, true, 1, 2, 3, qmm::kQmvSubZ, true, 16>("subz_ntb1_d2")),
+             inexact(kernel_variant<false, true, 2, 2, 2, qmm::kQmvSubZ, true, 16>("subz_ntb2_d2_mb2")),
          }});
     // FP8 at 4, 8 and 16 rows: the qmv kernel (per-group scale loads, as qmm.cu launches FP8) against the
     // library's dispatch (the Hopper kernel but at 2..4 rows on the narrower shapes).
@@ -600,7 +614,8 @@ static int run_bench(int argc, char** argv) {
                 bool same = true;
                 double rel = 0.0;  // inexact variants that compute the result: max |y - ref| / max |ref|
                 const bool computes =
-                    v.exact || v.library || v.name.rfind("sk_", 0) == 0 || v.name.rfind("msum_", 0) == 0;
+                    v.exact || v.library || v.name.rfind("sk_", 0) == 0 || v.name.rfind("msum_", 0) == 0 ||
+                    v.name.rfind("subz_", 0) == 0;
                 if (vi != 0 && computes) {
                     check(cudaMemcpy(h.data(), y, ny * 4, cudaMemcpyDeviceToHost), "copy");
                     check(cudaMemcpy(href.data(), yref, ny * 4, cudaMemcpyDeviceToHost), "copy");

@@ -3,7 +3,9 @@
 // both ceilings measured in the same run.
 //
 //   bench_qwen35_27b --random-weights [--out results.json] [--commit SHA] [--decode-steps 32]
-//                    [--prefill-only] [--prefill-tokens T] [--profile]
+//                    [--prefill-only] [--prefill-tokens T] [--profile] [--contexts 512,4096,...]
+// --contexts replaces the decode contexts (BF16: 0, 4096, 32768; --quant: 512); figures are named by context
+// (decode_ctx0, _ctx512, _ctx4k, _ctx32k, else _ctx<N>).
 // --prefill-only skips the decode figures; --prefill-tokens times only that prompt length; --profile then
 // prints where one prompt's device time goes per op (StepGraph profiling) and the host-side time of the
 // prompt's launches with graphs off against its device time; with --quant, also the per-op device time of a
@@ -242,6 +244,7 @@ int main(int argc, char** argv) {
     int decode_steps = 32;
     bool prefill_only = false, profile = false;
     std::vector<int64_t> prefill_lengths = {512, 4096};
+    std::vector<int64_t> decode_contexts;  // empty: the defaults below
     std::string command = "bench_qwen35_27b";
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -255,9 +258,18 @@ int main(int argc, char** argv) {
         else if (a == "--profile") profile = true;
         else if (a == "--prefill-tokens" && i + 1 < argc)
             prefill_lengths = {std::stoll(argv[++i])}, command += std::string(" ") + argv[i];
+        else if (a == "--contexts" && i + 1 < argc) {
+            const std::string v = argv[++i];
+            command += " " + v;
+            for (size_t at = 0; at < v.size();) {
+                const size_t end = std::min(v.find(',', at), v.size());
+                decode_contexts.push_back(std::stoll(v.substr(at, end - at)));
+                at = end + 1;
+            }
+        }
         else {
             std::fprintf(stderr, "usage: bench_qwen35_27b --random-weights [--quant gptq|fp8] [--out FILE] [--commit SHA] [--decode-steps N] "
-                                 "[--prefill-only] [--prefill-tokens T] [--profile]\n");
+                                 "[--prefill-only] [--prefill-tokens T] [--profile] [--contexts N,N,..]\n");
             return 2;
         }
     }
@@ -296,19 +308,26 @@ int main(int argc, char** argv) {
                                    (static_cast<size_t>(Hv * dk * dv) * 4 + static_cast<size_t>((Kc - 1) * kConv) * 2);
         auto kv_bytes = [](int64_t ctx) { return static_cast<size_t>(L / 4) * static_cast<size_t>(ctx + 1) * 2 * Hkv * Dh * 2; };
 
-        const int64_t max_ctx = 32768 + decode_steps + 16;
+        int64_t longest = 32768;
+        for (int64_t c : decode_contexts) longest = std::max(longest, c);
+        const int64_t max_ctx = longest + decode_steps + 16;
         auto st = model->new_state(max_ctx);
         std::vector<float> logits;
         std::mt19937 rng(7);
         int32_t tok = 1000;
         std::vector<int64_t> contexts = g_quant.empty() ? std::vector<int64_t>{0, 4096, 32768} : std::vector<int64_t>{512};
+        if (!decode_contexts.empty()) contexts = decode_contexts;
         if (prefill_only) contexts.clear();
         // Decode as the engine runs it: a greedy request (no logprobs) takes Model::forward_greedy, whose argmax
         // runs on the device so only the id comes back; with logprobs (and for sampling) forward() brings the
         // vocabulary's logits to the host. Both are timed; `decode_<ctx>_roofline` is the greedy one.
         std::vector<int32_t> ids;
         for (int64_t ctx : contexts) {
-            const std::string k = ctx == 0 ? "ctx0" : ctx == 512 ? "ctx512" : (ctx == 4096 ? "ctx4k" : "ctx32k");
+            const std::string k = ctx == 0      ? "ctx0"
+                                  : ctx == 512  ? "ctx512"
+                                  : ctx == 4096 ? "ctx4k"
+                                  : ctx == 32768 ? "ctx32k"
+                                                : "ctx" + std::to_string(ctx);
             for (const bool greedy : {true, false}) {
                 st->n_past = ctx;
                 auto step = [&] {

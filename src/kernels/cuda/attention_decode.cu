@@ -44,6 +44,7 @@ struct DecodeParams {
     // decode_tc_kernel: the predecessor kernel is the one that wrote this step's cache rows (gated attention's
     // prep), so rows before the first token's position may be read before the programmatic-launch wait.
     int prewait;
+    int min_keys;  // rows per split at least (num_splits): kMinKeysPerSplit, or the tensor-core walk's own
 };
 
 template <int EPL>
@@ -84,7 +85,7 @@ bool tile_disabled() {
     return off;
 }
 __device__ __forceinline__ int splits_for(const DecodeParams& p, int64_t len) {
-    const int n = num_splits(len);
+    const int n = num_splits(len, p.min_keys);
     return n < p.max_splits ? n : p.max_splits;
 }
 
@@ -674,7 +675,7 @@ static bool launch_tile(DecodeParams p, dim3 grid, cudaStream_t s) {
 }
 
 template <class CT>
-static void launch_decode_typed(const DecodeParams& p, cudaStream_t s) {
+static void launch_decode_typed(DecodeParams p, cudaStream_t s) {
     const unsigned T = static_cast<unsigned>(p.n_tok);
     dim3 grid(static_cast<unsigned>(p.Hkv), static_cast<unsigned>(p.max_splits), T);
     const bool tile_ok = std::is_same_v<CT, __nv_bfloat16> && !tile_disabled() &&
@@ -682,6 +683,17 @@ static void launch_decode_typed(const DecodeParams& p, cudaStream_t s) {
     const bool tc_ok = tile_ok && !tc_disabled() && p.q_dt == kBF16 && p.G <= kMaxG &&
                        (reinterpret_cast<uintptr_t>(p.q) & 15) == 0 && (p.D == 256 || p.D == 128);
     if (tc_ok) {
+        // Splits of at least 64 rows (two 8-key tiles per warp): the walk is cheap enough that fewer blocks and
+        // fewer partials for the merge win. H200, gated attention of the 27B, in-graph us against 32 rows
+        // (docs/BENCHMARKS.md, session 19): length 512 12.46 -> 12.24, four tokens 22.0 -> 17.5, 4096 30.8 ->
+        // 18.4, 32K the same (128 splits either way); 128 rows: 14.2 / 18.9 / 19.6. GRIMOIRE_DECODE_TC_MINKEYS=N
+        // for the A/B.
+        static const int min_keys = [] {
+            const char* v = std::getenv("GRIMOIRE_DECODE_TC_MINKEYS");
+            const int n = v ? std::atoi(v) : 0;
+            return n >= 8 ? n : 64;
+        }();
+        p.min_keys = min_keys;
         // 8-key tiles (KT = 1): at 32 keys per split (lengths up to 4096) each of the 4 warps has one; 16-key
         // tiles were 6-12% slower at 32K (and spill at head_dim 256 with the next tile in flight).
         if (p.D == 256)
@@ -717,7 +729,7 @@ void launch_decode(const void* q, int q_dt, const void* k_cache, const void* v_c
     if (g.T < 1 || g.T > kMaxDecodeTokens) throw Error("cuda attention: decode takes 1..8 tokens");
     DecodeParams p{q, k_cache, v_cache, ws, out, q_dt, o_dt, static_cast<int>(g.Hq / g.Hkv), g.Hq, g.Hkv, g.D,
                    n_past, n_past_dev, scale, gate, gate_dt, gate_stride, static_cast<int>(kMaxSplits / g.T),
-                   static_cast<int>(g.T), 1, 0};
+                   static_cast<int>(g.T), 1, 0, kMinKeysPerSplit};
     // Gated attention: the prep kernel launched just before wrote this step's cache rows (fused_gated_attention.cu).
     p.prewait = gate != nullptr && prewait_enabled() ? 1 : 0;
     if (kv_dt == kBF16) launch_decode_typed<__nv_bfloat16>(p, s);

@@ -17,8 +17,8 @@ constexpr int kMaxSplits = 128;
 constexpr int kMinKeysPerSplit = 32;
 // launch_decode takes up to this many query tokens (each with kMaxSplits / T split slots of the workspace).
 constexpr int kMaxDecodeTokens = 8;  // = kernels.h's kAttnDecodeMaxT
-__host__ __device__ constexpr int num_splits(int64_t len) {
-    const int64_t n = (len + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+__host__ __device__ constexpr int num_splits(int64_t len, int min_keys = kMinKeysPerSplit) {
+    const int64_t n = (len + min_keys - 1) / min_keys;
     return static_cast<int>(n < 1 ? 1 : (n > kMaxSplits ? kMaxSplits : n));
 }
 
