@@ -440,6 +440,10 @@ std::vector<Group> groups(int sms) {
              inexact(kernel_variant<false, true, 2, 2, 3, qmm::kQmvSubZ, true, 16>("subz_ntb2_d2")),
              inexact(kernel_variant<false, true, 1, 2, 3, qmm::kQmvSubZ, true, 16>("subz_ntb1_d2")),
              inexact(kernel_variant<false, true, 2, 2, 2, qmm::kQmvSubZ, true, 16>("subz_ntb2_d2_mb2")),
+             // The x sums by one all-ones mma per B operand (kQmvSumCols, the form before session 19) against the
+             // single mma with x as A (the committed form, above).
+             inexact(kernel_variant<false, true, 2, 3, 2, qmm::kQmvSumCols, true, 16>("sumcols_ntb2_d3_mb2")),
+             inexact(kernel_variant<false, true, 2, 2, 3, qmm::kQmvSumCols, true, 16>("sumcols_ntb2_d2")),
          }});
     // FP8 at 4, 8 and 16 rows: the qmv kernel (per-group scale loads, as qmm.cu launches FP8) against the
     // library's dispatch (the Hopper kernel but at 2..4 rows on the narrower shapes).
@@ -615,7 +619,7 @@ static int run_bench(int argc, char** argv) {
                 double rel = 0.0;  // inexact variants that compute the result: max |y - ref| / max |ref|
                 const bool computes =
                     v.exact || v.library || v.name.rfind("sk_", 0) == 0 || v.name.rfind("msum_", 0) == 0 ||
-                    v.name.rfind("subz_", 0) == 0;
+                    v.name.rfind("subz_", 0) == 0 || v.name.rfind("sumcols_", 0) == 0;
                 if (vi != 0 && computes) {
                     check(cudaMemcpy(h.data(), y, ny * 4, cudaMemcpyDeviceToHost), "copy");
                     check(cudaMemcpy(href.data(), yref, ny * 4, cudaMemcpyDeviceToHost), "copy");

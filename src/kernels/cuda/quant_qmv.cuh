@@ -97,7 +97,8 @@ __device__ __forceinline__ float qmv_scale(uint32_t bits, int sdt) {
 // lands and x loaded through registers four pieces per lane at a time, the staging before session 12) and
 // kQmvPf1 / kQmvPf2 (an L2 prefetch window ahead of the register slots; every window measured slower,
 // session 13), kQmvMmaSum (one row: the group's x sums from the all-ones mma, not staged; qmm.cu launches it
-// for INT4 one row, with kQmvBlockStage where noted there) and the ablation kQmvNoXsum (no x sums at all);
+// for INT4 one row, with kQmvBlockStage where noted there), kQmvSumCols (9..16 rows: the x sums by one
+// all-ones mma per B operand instead of one with x as A) and the ablation kQmvNoXsum (no x sums at all);
 // otherwise qmm.cu launches ABL = 0. SSM: the block stages its n-tiles'
 // scales (f32) and zero points for every group in shared memory once, before the programmatic-launch wait
 // (qmv_smem_ssm), so the per-chunk path loads only weights and the group flush reads its scales from shared
@@ -121,7 +122,8 @@ enum : int {
     kQmvPf1 = 512,  // L2 prefetch of a window of 4 chunks beyond the register slots (kQmvPf2: 8; both: 12)
     kQmvPf2 = 1024,
     kQmvNoXsum = 2048,  // ablation: one row without the chunk sums of x (wrong results)
-    kQmvMmaSum = 4096   // one row: the group's x sum from an all-ones mma per k-tile (as 2..16 rows), not staged
+    kQmvMmaSum = 4096,  // one row: the group's x sum from an all-ones mma per k-tile (as 2..16 rows), not staged
+    kQmvSumCols = 8192  // 9..16 rows: the x sums by one all-ones mma per B operand (the form before session 19)
 };
 template <bool FP8,
           bool ASYM,
@@ -148,6 +150,13 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // ZF: the group's x sums from the all-ones mma (2..16 rows, and one row with kQmvMmaSum), else staged.
     constexpr bool MSUM = ZF && (MULTI || (ABL & kQmvMmaSum) != 0);
     constexpr bool XSUM = ZF && !MSUM && (ABL & kQmvNoXsum) == 0;  // one row: chunk sums staged with x
+    // 9..16 rows (two B operands): the k-tile's two B fragments of x are, register for register, the A fragment
+    // of x itself (rows = the 16 tokens), so ONE mma with an all-ones B sums all 16 tokens (xt: token g in
+    // [0], token g + 8 in [2]) where the column form took one per B operand: a third of the kernel's mma at
+    // sixteen rows. The flush moves the sums to the C layout of the main mma (tokens 2t, 2t + 1 per operand)
+    // by four shuffles per group. kQmvSumCols: the column form (the A/B).
+    constexpr bool XT = MSUM && NH == 2 && (ABL & kQmvSumCols) == 0;
+    float xt[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     // PERS (persistent blocks): the grid is at most the resident blocks, and a block takes n-tile groups
     // blockIdx.x, + gridDim.x, ...; each warp's load cursor runs on into the next group's chunks, so the
     // weight loads stay in flight through the block's reduction and no block restarts (x staged once). Two
@@ -496,7 +505,16 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 b0[h][2] = v.x, b1[h][2] = v.y, b0[h][3] = v.z, b1[h][3] = v.w;
             }
         }
-        if constexpr (MSUM) {  // the tokens' sums of x over this chunk, into the group's
+        if constexpr (XT) {
+            constexpr uint32_t kOnes = 0x3F803F80u;  // BF16x2 of 1.0
+#pragma unroll
+            for (int kt = 0; kt < 4; ++kt) {
+                if (first && kt == 0)
+                    mma_bf16_first(xt, b0[0][kt], b0[1][kt], b1[0][kt], b1[1][kt], kOnes, kOnes);
+                else
+                    mma_bf16(xt, b0[0][kt], b0[1][kt], b1[0][kt], b1[1][kt], kOnes, kOnes);
+            }
+        } else if constexpr (MSUM) {  // the tokens' sums of x over this chunk, into the group's
             constexpr uint32_t kOnes = 0x3F803F80u;  // BF16x2 of 1.0
 #pragma unroll
             for (int h = 0; h < NH; ++h)
@@ -547,6 +565,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // clear cur for the next group.
     // ZF: each sum less (128 + z) times the group's x sum first.
     auto flush = [&](int s, bool zero) {
+        if constexpr (XT) {  // token r's sum sits in lane 4 (r % 8), entry 2 (r / 8)
+            const int l0 = 8 * t, l1 = 8 * t + 4;
+            xs[0][0] = __shfl_sync(0xFFFFFFFFu, xt[0], l0), xs[0][1] = __shfl_sync(0xFFFFFFFFu, xt[0], l1);
+            xs[1][0] = __shfl_sync(0xFFFFFFFFu, xt[2], l0), xs[1][1] = __shfl_sync(0xFFFFFFFFu, xt[2], l1);
+            if (zero) xt[0] = xt[1] = xt[2] = xt[3] = 0.0f;
+        }
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
             float sl, sh;
@@ -699,7 +723,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         }
         done = true;
     }
-    if constexpr (SSM && (ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum)) == 0 && D % 2 == 0) {
+    if constexpr (SSM && (ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum | kQmvSumCols)) == 0 &&
+                  D % 2 == 0) {
         // Scale groups of two chunks and a warp range of whole groups (g128 weights, K a multiple of 1024
         // channels): the flushes fall on fixed slots, each group's first mma starts its sum, and the loop
         // keeps no group counter (the general loop below spent ~20 instructions per chunk on that
