@@ -40,19 +40,28 @@ static __global__ void __launch_bounds__(1024) add_rmsnorm_bf16x8_kernel(__nv_bf
                                                                          int64_t D, float eps, float w_offset,
                                                                          __nv_bfloat16* out,  // [R, D]
                                                                          int ahead) {
-    pdl_enter_ahead(ahead);  // launched through launch_pdl (common.cuh)
     __shared__ float red[32];
     const int64_t base = static_cast<int64_t>(blockIdx.x) * D, c = 8 * static_cast<int64_t>(threadIdx.x);
     const bool on = c < D;
-    float v[8], wf[8];
+    float v[8], wf[8], xf[8];
     float ss = 0.0f;
-    if (on) {
-        float xf[8], yf[8];
+    // The norm weight, and with `ahead` the residual x too, before the programmatic-launch wait: with ahead the
+    // caller is the decoder stack (CudaBackend::linear_follows), whose residual was last written by the previous
+    // add + RMSNorm, several kernels back and complete before this kernel's predecessor passed its own wait;
+    // only y comes from the predecessor. (After the wait they were one round trip with y, the weight often
+    // from HBM.)
+    auto load_xw = [&] {
         load_bf16x8(x + base + c, xf);
-        load_bf16x8(y + base + c, yf);
         const float4 w0 = *reinterpret_cast<const float4*>(w + c), w1 = *reinterpret_cast<const float4*>(w + c + 4);
         wf[0] = w0.x; wf[1] = w0.y; wf[2] = w0.z; wf[3] = w0.w;
         wf[4] = w1.x; wf[5] = w1.y; wf[6] = w1.z; wf[7] = w1.w;
+    };
+    if (on && ahead) load_xw();
+    pdl_enter_ahead(ahead);  // launched through launch_pdl (common.cuh)
+    if (on) {
+        float yf[8];
+        if (!ahead) load_xw();
+        load_bf16x8(y + base + c, yf);
         uint4 packed;
         __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&packed);
 #pragma unroll
