@@ -2,7 +2,7 @@
 # Packs the CUDA binaries built here into carry/pk.tar.xz for the device tool (its `carry` limit is 64 MiB with the
 # tracked tree, which is ~55 MB, so each 15-20 MB binary cannot travel alone). Stripped and compressed together
 # with a large xz dictionary the copies of the shared CUDA library dedupe: all GPU tests plus grimoire and the
-# benchmarks fit in ~7-9 MB. libutf8proc (not on the device image) travels with them.
+# benchmarks fit in ~7-9 MB. libutf8proc and the HTTP server's libraries (not on the device image) travel with them.
 #
 #   tools/pack_gpu_binaries.sh [BUILD_DIR]      # default build/cuda-dev (cmake --preset cuda -B build/cuda-dev
 #                                               #   -DCMAKE_CUDA_ARCHITECTURES=90-real -DGRIMOIRE_WERROR=ON)
@@ -19,7 +19,12 @@ done
 for t in "$BUILD"/tests/test_cuda_*; do
     [ -x "$t" ] && strip -o "$tmp/$(basename "$t")" "$t"
 done
-cp "$(ldconfig -p | awk '/libutf8proc.so.2 /{print $NF; exit}')" "$tmp/"
+# The Debian-package libraries the binaries link that the device image lacks (grimoire: the HTTP server's).
+for lib in libutf8proc.so.2 libcpp-httplib.so.0.11 libpcre2-8.so.0 libbrotlidec.so.1 libbrotlienc.so.1 \
+    libbrotlicommon.so.1; do
+    path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+    [ -n "$path" ] && cp "$path" "$tmp/"
+done
 mkdir -p carry
 (cd "$tmp" && tar cf - ./*) | xz -9e -T1 --lzma2=preset=9e,dict=192MiB > carry/pk.tar.xz
 ls -la carry/pk.tar.xz

@@ -9,7 +9,12 @@ trap 'rm -rf "$tmp"' EXIT
 for b in "$@"; do
     if [ -x "$BUILD/$b" ]; then strip -o "$tmp/$b" "$BUILD/$b"; else strip -o "$tmp/$b" "$BUILD/tests/$b"; fi
 done
-cp "$(ldconfig -p | awk '/libutf8proc.so.2 /{print $NF; exit}')" "$tmp/"
+# The Debian-package libraries the binaries link that the device image lacks (grimoire: the HTTP server's).
+for lib in libutf8proc.so.2 libcpp-httplib.so.0.11 libpcre2-8.so.0 libbrotlidec.so.1 libbrotlienc.so.1 \
+    libbrotlicommon.so.1; do
+    path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+    [ -n "$path" ] && cp "$path" "$tmp/"
+done
 mkdir -p carry
 (cd "$tmp" && tar cf - ./*) | xz -9e -T2 --lzma2=preset=9e,dict=192MiB > carry/pk.tar.xz
 ls -la carry/pk.tar.xz
