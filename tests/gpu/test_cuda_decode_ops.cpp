@@ -164,6 +164,11 @@ TEST(CudaDecodeOps, GatedAttentionVerifySteps) {
         multi_token_attention(act, 6, 2, 64, 2000, {8, 5, 1});        // 128 splits for one token, 16 each for 8
         multi_token_attention(act, 4, 4, 128, 15, {1, 6, 1});         // G = 1, split boundaries at 32 rows
         multi_token_attention(act, 16, 2, 128, 5000, {1, 3});         // G = 8, two 8-row tiles per warp
+        // The tensor-core walk (BF16): lengths across its 64-row split boundary, eight tokens whose splits
+        // hold many 8-key tiles per warp (the next tile in flight, a partial last tile), G = 8 at head_dim 128.
+        multi_token_attention(act, 24, 4, 256, 62, {1, 1, 1, 2});
+        multi_token_attention(act, 24, 4, 256, 8100, {8, 1});
+        multi_token_attention(act, 8, 1, 128, 127, {2, 1});
     }
 }
 
