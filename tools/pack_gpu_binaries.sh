@@ -3,6 +3,7 @@
 # tracked tree, which is ~55 MB, so each 15-20 MB binary cannot travel alone). Stripped and compressed together
 # with a large xz dictionary the copies of the shared CUDA library dedupe: all GPU tests plus grimoire and the
 # benchmarks fit in ~7-9 MB. libutf8proc and the HTTP server's libraries (not on the device image) travel with them.
+# The packing itself is tools/pack_some.sh; this names every GPU binary the build has.
 #
 #   tools/pack_gpu_binaries.sh [BUILD_DIR]      # default build/cuda-dev (cmake --preset cuda -B build/cuda-dev
 #                                               #   -DCMAKE_CUDA_ARCHITECTURES=90-real -DGRIMOIRE_WERROR=ON)
@@ -11,20 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build/cuda-dev}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+names=()
 for b in grimoire bench_qwen35_27b bench_quant_kernels bench_qmv_variants bench_decode_ops; do
-    [ -x "$BUILD/$b" ] && strip -o "$tmp/$b" "$BUILD/$b"
+    [ -x "$BUILD/$b" ] && names+=("$b")
 done
 for t in "$BUILD"/tests/test_cuda_*; do
-    [ -x "$t" ] && strip -o "$tmp/$(basename "$t")" "$t"
+    [ -x "$t" ] && names+=("$(basename "$t")")
 done
-# The Debian-package libraries the binaries link that the device image lacks (grimoire: the HTTP server's).
-for lib in libutf8proc.so.2 libcpp-httplib.so.0.11 libpcre2-8.so.0 libbrotlidec.so.1 libbrotlienc.so.1 \
-    libbrotlicommon.so.1; do
-    path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
-    [ -n "$path" ] && cp "$path" "$tmp/"
-done
-mkdir -p carry
-(cd "$tmp" && tar cf - ./*) | xz -9e -T1 --lzma2=preset=9e,dict=192MiB > carry/pk.tar.xz
-ls -la carry/pk.tar.xz
+exec tools/pack_some.sh "$BUILD" "${names[@]}"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Like pack_gpu_binaries.sh, for the named binaries only (the carry limit with the tracked tree is tight):
+# Packs the named CUDA binaries into carry/pk.tar.xz for the device tool (pack_gpu_binaries.sh: all of them; the
+# carry limit with the tracked tree is tight, so a call often takes only what it runs):
 #   tools/pack_some.sh BUILD_DIR NAME...   (NAME: a binary of BUILD_DIR or of BUILD_DIR/tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -15,10 +15,10 @@ constexpr size_t kPrefix = 1024;  // candidates sorted before falling back to a 
 }  // namespace
 
 int32_t argmax(const float* logits, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; ++i)
-        if (logits[i] > logits[best]) best = i;
-    return static_cast<int32_t>(best);
+    int64_t best = -1;
+    for (int64_t i = 0; i < n; ++i)
+        if (!std::isnan(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+    return static_cast<int32_t>(best < 0 ? 0 : best);
 }
 
 Sampler::Sampler(const SamplingParams& p, int64_t vocab, int64_t prompt_len)

@@ -54,7 +54,8 @@ private:
     std::vector<double> probs_;     // scratch: candidate probabilities
 };
 
-// Index of the largest value, the lowest index on ties.
+// Index of the largest value, the lowest index on ties; NaN never wins (0 when every value is NaN), as
+// Backend::argmax on every backend.
 int32_t argmax(const float* logits, int64_t n);
 
 // log-softmax of raw logits into out (resized to n), computed in double.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
@@ -67,6 +68,9 @@ TEST(Sampler, GreedyPicksLowestIdOnTies) {
     EXPECT_EQ(s.sample(l.data(), std::span<const int32_t>{}), 1);
     EXPECT_TRUE(s.greedy());
     EXPECT_EQ(argmax(l.data(), 5), 1);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> n = {nan, -1.0f, nan, -0.5f};  // NaN never wins, even at index 0
+    EXPECT_EQ(argmax(n.data(), 4), 3);
 }
 
 TEST(Sampler, SeededIsDeterministic) {

@@ -1,12 +1,12 @@
 #include "backend/cpu/cpu_backend.h"
 
-#include <cmath>
 #include <cstring>
 #include <new>
 #include <string>
 
 #include "core/threadpool.h"
 #include "kernels/cpu/kernels.h"
+#include "sample/sampler.h"
 
 namespace grimoire {
 
@@ -307,13 +307,7 @@ void CpuBackend::argmax(const Tensor& logits, Tensor& out) {
     expect_f32(logits, "argmax", "logits");
     const int64_t R = logits.rows(), V = logits.cols();
     if (out.dtype != DType::I32 || out.numel() != R) throw Error("cpu argmax: out must be I32 [rows of logits]");
-    for (int64_t r = 0; r < R; ++r) {
-        const float* row = logits.ptr<float>() + r * V;
-        int64_t best = -1;
-        for (int64_t i = 0; i < V; ++i)  // NaN never wins; the lowest index on ties
-            if (!std::isnan(row[i]) && (best < 0 || row[i] > row[best])) best = i;
-        out.ptr<int32_t>()[r] = static_cast<int32_t>(best < 0 ? 0 : best);
-    }
+    for (int64_t r = 0; r < R; ++r) out.ptr<int32_t>()[r] = grimoire::argmax(logits.ptr<float>() + r * V, V);
 }
 
 void CpuBackend::add_bias(Tensor& x, const Tensor& bias) {
