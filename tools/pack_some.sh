@@ -13,7 +13,8 @@ done
 # The Debian-package libraries the binaries link that the device image lacks (grimoire: the HTTP server's).
 for lib in libutf8proc.so.2 libcpp-httplib.so.0.11 libpcre2-8.so.0 libbrotlidec.so.1 libbrotlienc.so.1 \
     libbrotlicommon.so.1; do
-    path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+    # awk reads all of ldconfig's output (an early exit would end ldconfig with SIGPIPE, and pipefail the script)
+    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found {print $NF; found = 1}')
     [ -n "$path" ] && cp "$path" "$tmp/"
 done
 mkdir -p carry

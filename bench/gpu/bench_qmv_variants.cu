@@ -144,7 +144,12 @@ struct Variant {
     bool fp8 = false;
     int pers = 0;   // PERS: the grid is min(n-tile groups, this many blocks per SM x SMs)
     int early = 0;  // Args::early: the next launch may start once every block has passed its wait
+    bool trace = false;  // kQmvTrace: the timeline of the last timed launch is summarised after its timing
 };
+
+// The same kernel with quant_qmv.cuh's timeline points (kQmvTrace; same results, a few stores per warp).
+template <bool FP8, bool MULTI, int NTB, int D, int MINB, int ABL = 0, bool SSM = false>
+Variant traced(const char* name);
 
 // The same variant with the dependents' launch right after the programmatic-launch wait (Args::early).
 Variant early(Variant v) {
@@ -172,8 +177,89 @@ Variant kernel_variant(const char* name) {
           "smem attribute");
     constexpr int kExact =
         qmm::kQmvGeneralLoop | qmm::kQmvScalarStage | qmm::kQmvBlockStage | qmm::kQmvSerialStage | qmm::kQmvPf1 |
-        qmm::kQmvPf2;  // A/B, same result
+        qmm::kQmvPf2 | qmm::kQmvTrace;  // A/B, same result
     return {name, (ABL & ~kExact) == 0, k, NTB, 0, SSM ? (MULTI ? 3 : 2) : MULTI ? 0 : 1, {}, WSM ? D : 0, FP8};
+}
+
+
+template <bool FP8, bool MULTI, int NTB, int D, int MINB, int ABL, bool SSM>
+Variant traced(const char* name) {
+    Variant v = kernel_variant<FP8, MULTI, NTB, D, MINB, ABL | qmm::kQmvTrace, SSM>(name);
+    v.name = std::string("trace_") + name;
+    v.trace = true;
+    return v;
+}
+
+// The timeline of one launch (quant_qmv.cuh kQmvTrace: [block][warp][kQmvTraceWords]) in words: when blocks
+// entered, passed the wait, started and ended their chunk loops and exited, relative to the first entry; the
+// per-warp phase lengths; the spread of a block's warps at the loop's end; blocks per SM. Medians go to
+// `metrics` under tag.
+void trace_summary(const std::string& tag, const std::vector<unsigned long long>& tr, int blocks,
+                   std::string& metrics) {
+    constexpr int W = qmm::kQmvWarps, TW = qmm::kQmvTraceWords;
+    auto at = [&](int b, int w, int i) { return tr[(static_cast<size_t>(b) * W + w) * TW + i]; };
+    unsigned long long t0 = ~0ull;
+    for (int b = 0; b < blocks; ++b)
+        for (int w = 0; w < W; ++w) t0 = std::min(t0, at(b, w, 0));
+    auto pct = [](std::vector<double> v, double p) {
+        if (v.empty()) return 0.0;
+        std::sort(v.begin(), v.end());
+        return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5)];
+    };
+    // Block points (first warp to enter / pass the wait, last to finish its loop / exit), us after t0.
+    std::vector<double> entry, wait, loop_end, exit_, spread;
+    // Warp phases (us, from clock64 at each warp's SM clock, scaled by the launch's cycles per ns).
+    std::vector<double> prewait, stage, loop, reduce;
+    double cyc = 0, ns = 0;
+    for (int b = 0; b < blocks; ++b)
+        for (int w = 0; w < W; ++w) cyc += static_cast<double>(at(b, w, 9) - at(b, w, 1)),
+                                    ns += static_cast<double>(at(b, w, 8) - at(b, w, 0));
+    const double ghz = ns > 0 ? cyc / ns : 1.0;
+    std::vector<int> per_sm(1024, 0);
+    std::vector<double> sm_end(1024, 0.0);
+    for (int b = 0; b < blocks; ++b) {
+        double e = 1e30, wt = 1e30, le = 0, lmin = 1e30, x = 0;
+        for (int w = 0; w < W; ++w) {
+            e = std::min(e, (at(b, w, 0) - t0) * 1e-3);
+            wt = std::min(wt, (at(b, w, 2) - t0) * 1e-3);
+            le = std::max(le, (at(b, w, 6) - t0) * 1e-3);
+            lmin = std::min(lmin, (at(b, w, 6) - t0) * 1e-3);
+            x = std::max(x, (at(b, w, 8) - t0) * 1e-3);
+            prewait.push_back(static_cast<double>(at(b, w, 3) - at(b, w, 1)) / ghz * 1e-3);
+            stage.push_back(static_cast<double>(at(b, w, 5) - at(b, w, 3)) / ghz * 1e-3);
+            loop.push_back(static_cast<double>(at(b, w, 7) - at(b, w, 5)) / ghz * 1e-3);
+            reduce.push_back(static_cast<double>(at(b, w, 9) - at(b, w, 7)) / ghz * 1e-3);
+        }
+        entry.push_back(e), wait.push_back(wt), loop_end.push_back(le), exit_.push_back(x), spread.push_back(le - lmin);
+        const int sm = static_cast<int>(at(b, 0, 10) & 1023);
+        ++per_sm[static_cast<size_t>(sm)];
+        sm_end[static_cast<size_t>(sm)] = std::max(sm_end[static_cast<size_t>(sm)], x);
+    }
+    auto line = [&](const char* what, const std::vector<double>& v) {
+        std::printf("    %-22s p0 %7.2f  p10 %7.2f  p50 %7.2f  p90 %7.2f  p100 %7.2f\n", what, pct(v, 0), pct(v, 0.1),
+                    pct(v, 0.5), pct(v, 0.9), pct(v, 1.0));
+    };
+    std::printf("  timeline of the last launch (us after its first block entered; SM clock %.2f GHz):\n", ghz);
+    line("block entry", entry);
+    line("block past wait", wait);
+    line("block loop end", loop_end);
+    line("block exit", exit_);
+    line("warp pre-wait", prewait);
+    line("warp staging", stage);
+    line("warp chunk loop", loop);
+    line("warp reduce+store", reduce);
+    line("block loop-end spread", spread);
+    std::vector<double> counts, ends;
+    for (size_t i = 0; i < per_sm.size(); ++i)
+        if (per_sm[i] > 0) counts.push_back(per_sm[i]), ends.push_back(sm_end[i]);
+    line("blocks per SM", counts);
+    line("SM last exit", ends);
+    add_entry(metrics, tag + "_trace_wait_p50_us", pct(wait, 0.5));
+    add_entry(metrics, tag + "_trace_exit_p100_us", pct(exit_, 1.0));
+    add_entry(metrics, tag + "_trace_stage_p50_us", pct(stage, 0.5));
+    add_entry(metrics, tag + "_trace_loop_p50_us", pct(loop, 0.5));
+    add_entry(metrics, tag + "_trace_loop_p90_us", pct(loop, 0.9));
+    add_entry(metrics, tag + "_trace_reduce_p50_us", pct(reduce, 0.5));
 }
 
 // The same kernel with its weights landing in a shared-memory ring of D chunks per warp (quant_qmv.cuh WSM).
@@ -272,9 +358,21 @@ bool matches_any(const std::string& tag, const std::string& list) {
     return false;
 }
 
+// The trace variants' timeline buffer (Args::partials; the qmv kernel has no other use for it).
+unsigned long long* trace_buffer() {
+    static unsigned long long* buf = [] {
+        unsigned long long* p = nullptr;
+        check(cudaMalloc(&p, static_cast<size_t>(248320 / 16) * qmm::kQmvWarps * qmm::kQmvTraceWords * 8),
+              "cudaMalloc");
+        return p;
+    }();
+    return buf;
+}
+
 void run(const Variant& v, const Args& a0) {
     Args a = a0;
     a.early = v.early;
+    if (v.trace) a.partials = reinterpret_cast<float*>(trace_buffer());
     if (v.library) return v.library(a);
     if (v.ntb == 0) return launch(v.kernel, v.blocks, 0, a);
     size_t smem = v.smem == 2   ? qmm::qmv_smem_ssm(a, v.ntb, false, true)
@@ -385,6 +483,10 @@ std::vector<Group> groups(int sms) {
                          "abl_all_ntb1_d8"),
                      kernel_variant<false, false, 1, 8, 3, qmm::kQmvNoXsum | kQmvNoDequant | kQmvNoMma | kQmvNoX |
                                                                qmm::kQmvNoFlush, true>("abl_allnosum_ntb1_d8"),
+                     // Timelines of qmm.cu's one-row forms (kQmvTrace).
+                     inexact(traced<false, false, 1, 4, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d4")),
+                     inexact(traced<false, false, 1, 8, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d8")),
+                     inexact(traced<false, false, 2, 2, 4, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2_mb4")),
                  }});
     g.push_back({"int4_m4",
                  false,
@@ -444,6 +546,14 @@ std::vector<Group> groups(int sms) {
              // single mma with x as A (the committed form, above).
              inexact(kernel_variant<false, true, 2, 3, 2, qmm::kQmvSumCols, true, 16>("sumcols_ntb2_d3_mb2")),
              inexact(kernel_variant<false, true, 2, 2, 3, qmm::kQmvSumCols, true, 16>("sumcols_ntb2_d2")),
+             // The weights through a per-warp shared-memory ring (WSM: cp.async, deeper than the registers allow
+             // at sixteen rows, where qmm.cu's form keeps two chunks of two tiles at two blocks per SM).
+             inexact(ring_variant<false, true, 2, 4, 2, true, 16>("wsm_ntb2_d4_mb2")),
+             inexact(ring_variant<false, true, 2, 6, 2, true, 16>("wsm_ntb2_d6_mb2")),
+             inexact(ring_variant<false, true, 2, 4, 3, true, 16>("wsm_ntb2_d4_mb3")),
+             inexact(ring_variant<false, true, 1, 8, 3, true, 16>("wsm_ntb1_d8_mb3")),
+             inexact(ring_variant<false, true, 1, 6, 4, true, 16>("wsm_ntb1_d6_mb4")),
+             inexact(ring_variant<false, true, 2, 8, 2, true, 16>("wsm_ntb2_d8_mb2")),
          }});
     // FP8 at 4, 8 and 16 rows: the qmv kernel (per-group scale loads, as qmm.cu launches FP8) against the
     // library's dispatch (the Hopper kernel but at 2..4 rows on the narrower shapes).
@@ -501,6 +611,7 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
+                     traced<true, false, 1, 4, 3>("ntb1_d4"),
                      {"loads_ntb1_d2", false, loads_only<1, 2, 2>, 1, 0, 0, {}},
                      {"loads_ntb1_d4", false, loads_only<1, 4, 2>, 1, 0, 0, {}},
                      {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},
@@ -619,7 +730,9 @@ static int run_bench(int argc, char** argv) {
                 double rel = 0.0;  // inexact variants that compute the result: max |y - ref| / max |ref|
                 const bool computes =
                     v.exact || v.library || v.name.rfind("sk_", 0) == 0 || v.name.rfind("msum_", 0) == 0 ||
-                    v.name.rfind("subz_", 0) == 0 || v.name.rfind("sumcols_", 0) == 0;
+                    v.name.rfind("subz_", 0) == 0 || v.name.rfind("sumcols_", 0) == 0 ||
+                    v.name.rfind("trace_", 0) == 0 ||
+                    v.name.rfind("wsm_", 0) == 0;
                 if (vi != 0 && computes) {
                     check(cudaMemcpy(h.data(), y, ny * 4, cudaMemcpyDeviceToHost), "copy");
                     check(cudaMemcpy(href.data(), yref, ny * 4, cudaMemcpyDeviceToHost), "copy");
@@ -658,6 +771,14 @@ static int run_bench(int argc, char** argv) {
                 std::fflush(stdout);
                 add_entry(metrics, tag + "_us", us);
                 add_entry(ratios, tag + "_bw", r);
+                if (v.trace) {
+                    check(cudaDeviceSynchronize(), "trace");
+                    const int blocks = (a.NT + v.ntb - 1) / v.ntb;
+                    std::vector<unsigned long long> tr(static_cast<size_t>(blocks) * qmm::kQmvWarps *
+                                                       qmm::kQmvTraceWords);
+                    check(cudaMemcpy(tr.data(), trace_buffer(), tr.size() * 8, cudaMemcpyDeviceToHost), "copy");
+                    trace_summary(tag, tr, blocks, metrics);
+                }
             }
             for (size_t c = 0; c < W.size(); ++c) cudaFree(W[c]), cudaFree(S[c]);
         }

@@ -123,8 +123,32 @@ enum : int {
     kQmvPf2 = 1024,
     kQmvNoXsum = 2048,  // ablation: one row without the chunk sums of x (wrong results)
     kQmvMmaSum = 4096,  // one row: the group's x sum from an all-ones mma per k-tile (as 2..16 rows), not staged
-    kQmvSumCols = 8192  // 9..16 rows: the x sums by one all-ones mma per B operand (the form before session 19)
+    kQmvSumCols = 8192,  // 9..16 rows: the x sums by one all-ones mma per B operand (the form before session 19)
+    // Diagnostic (bench_qmv_variants' trace variants; same results): lane 0 of every warp writes %globaltimer
+    // and clock64 at entry, after the programmatic-launch wait, before the first chunk, after the last and at
+    // exit, and the block's SM, to Args::partials (which this kernel does not otherwise use) as
+    // [block][warp][kQmvTraceWords] u64.
+    kQmvTrace = 16384
 };
+constexpr int kQmvTraceWords = 12;  // [2 i] globaltimer, [2 i + 1] clock64 of point i < 5; [10] SM id
+template <int ABL>
+__device__ __forceinline__ void qmv_trace(const Args& a, int i) {
+    if constexpr ((ABL & kQmvTrace) != 0) {
+        if ((threadIdx.x & 31) == 0) {
+            unsigned long long t, c;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
+            auto* tr = reinterpret_cast<unsigned long long*>(a.partials) +
+                       (static_cast<int64_t>(blockIdx.x) * kQmvWarps + (threadIdx.x >> 5)) * kQmvTraceWords;
+            tr[2 * i] = t, tr[2 * i + 1] = c;
+            if (i == 0) {
+                unsigned sm;
+                asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+                tr[10] = sm;
+            }
+        }
+    }
+}
 template <bool FP8,
           bool ASYM,
           int SSZ,
@@ -138,6 +162,7 @@ template <bool FP8,
           bool WSM = false,
           bool PERS = false>
 __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
+    qmv_trace<ABL>(a, 0);
     constexpr int VEC = vec(FP8);
     constexpr int DI = MULTI && NTB == 2 ? DEPTH - 1 : DEPTH;  // 2..4 rows: two more accumulators per n-tile
     // Chunks in flight per warp: in registers, fewer for two-tile MULTI and FP8 (their registers); through
@@ -364,6 +389,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");  // x comes from the previous kernel
+    qmv_trace<ABL>(a, 1);
     // a.early: the next grid may launch once every block of this one has got here (qmm.cu qmv_early), so its
     // blocks take the SMs that this grid's last partial wave leaves idle and issue their pre-wait loads
     // there; its griddepcontrol.wait still waits for this whole grid. Else at each block's end, below.
@@ -434,6 +460,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         else
             __syncthreads();
     }
+    qmv_trace<ABL>(a, 2);
     // MULTI: the lane's B column of operand h is token g + 8h. Its two 16-byte B words of chunk 0 (one row:
     // shared memory; else that token's row of x, whole chunks: qmm.cu).
     bool row_ok[NH];
@@ -723,7 +750,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         }
         done = true;
     }
-    if constexpr (SSM && (ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum | kQmvSumCols)) == 0 &&
+    if constexpr (SSM && (ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum | kQmvSumCols | kQmvTrace)) == 0 &&
                   D % 2 == 0) {
         // Scale groups of two chunks and a warp range of whole groups (g128 weights, K a multiple of 1024
         // channels): the flushes fall on fixed slots, each group's first mma starts its sum, and the loop
@@ -761,12 +788,14 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             }
         }
     }
+    qmv_trace<ABL>(a, 3);
     if constexpr (!PERS) {  // persistent blocks stored every group in the loop
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
         if (!a.early) asm volatile("griddepcontrol.launch_dependents;");
 #endif
         reduce_store(static_cast<int>(blockIdx.x), 0);
     }
+    qmv_trace<ABL>(a, 4);
 }
 
 }  // namespace grimoire::cuda::qmm
