@@ -18,8 +18,10 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_util.h"
@@ -137,8 +139,8 @@ int main(int argc, char** argv) {
         // last because the card comes out of them with lower clocks for a while: measured right after them
         // (before session 20 they ran between gate_up and down), the one-row down read 19.6 us / 0.55 of copy
         // where it reads 15.9 us / 0.67 alone (H200, session 20).
-        for (int pass = 0; pass < 2; ++pass)
-        for (bool fp8 : {false, true}) {
+        for (const auto& [pass, fp8] :
+             std::initializer_list<std::pair<int, bool>>{{0, false}, {0, true}, {1, false}, {1, true}}) {
             const std::string fmt = fp8 ? "fp8" : "int4";
             for (const Shape& sh : shapes) {
                 if (!only.empty() && only != fmt + ":" + sh.name) continue;
