@@ -56,3 +56,8 @@ foreach(src ${GRIMOIRE_GPU_CU_BENCHES})
   target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${GRIMOIRE_CUDA_NVCC_FLAGS}>)
   target_link_libraries(${name} PRIVATE grimoire_lib)
 endforeach()
+# The warpgroup-mma probe needs the Hopper arch-specific target (wgmma exists only in sm_90a code).
+if(TARGET probe_wgmma)
+  set_target_properties(probe_wgmma PROPERTIES CUDA_ARCHITECTURES OFF)
+  target_compile_options(probe_wgmma PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--generate-code=arch=compute_90a,code=sm_90a>)
+endif()
