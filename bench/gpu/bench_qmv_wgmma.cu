@@ -62,9 +62,15 @@ __device__ __forceinline__ uint64_t b_desc(uint32_t stage_addr, int kt) {
     return ((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(256 >> 4) << 16) | (static_cast<uint64_t>(128 >> 4) << 32);
 }
 
+// kPipe: the schedule of the second version. A is double-buffered across `wgmma.wait_group 1` (chunk c's
+// dequant overlaps chunk c - 1's mma), each scale group's sums have their own buffer by group parity and are
+// flushed one group late, once wait_group 1 has retired them, and the x ring has one stage more so a stage is
+// refilled only after the mma that read it retired: one block barrier per chunk, no full drain in the loop.
+template <bool kPipe>
 __global__ void __launch_bounds__(128) wg_kernel(const Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    __shared__ __align__(1024) unsigned char ring[kStages * kStageBytes];
+    constexpr int S = kPipe ? kStages + 1 : kStages;  // x ring stages
+    __shared__ __align__(1024) unsigned char ring[S * kStageBytes];
     const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int nt = min(static_cast<int>(blockIdx.x) * 4 + warp, a.NT - 1);
     const int KC = a.KC;
@@ -82,14 +88,14 @@ __global__ void __launch_bounds__(128) wg_kernel(const Args a) {
     const __half* sc = static_cast<const __half*>(a.scales);
     const int row_lo = min(nt * 16 + g, a.N - 1), row_hi = min(nt * 16 + g + 8, a.N - 1);
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    // x of chunk c into stage c % kStages: thread (token n, slot t, half h) copies channels 16 t + 8 h + 2 q.
+    // x of chunk c into stage c % S: thread (token n, slot t, half h) copies channels 16 t + 8 h + 2 q.
     const uint32_t ring_addr = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
     const int xn = tid >> 3, xt = (tid >> 1) & 3, xh = tid & 1;
     const bool xrow = xn < a.M;
     const uint16_t* xsrc = a.x + static_cast<int64_t>(xrow ? xn : 0) * a.ldx + 16 * xt + 8 * xh;
     auto stage_x = [&](int c) {
         if (c < KC) {
-            unsigned char* st = ring + (c % kStages) * kStageBytes;
+            unsigned char* st = ring + (c % S) * kStageBytes;
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const int p = 4 * xh + q, kt = p >> 1, kk = p & 1;
@@ -99,48 +105,70 @@ __global__ void __launch_bounds__(128) wg_kernel(const Args a) {
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
+    constexpr int kAhead = kStages - 1;  // x chunks in flight ahead of the one consumed
 #pragma unroll
-    for (int c = 0; c < kStages - 1; ++c) stage_x(c);
-    float acc[8], cur[8], xs[8];
+    for (int c = 0; c < kAhead; ++c) stage_x(c);
+    constexpr int NB = kPipe ? 2 : 1;  // sum buffers (group parity) and A buffers
+    float acc[8], cur[NB][8], xs[NB][8], s_lo[NB], s_hi[NB];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] = 0.0f, cur[e] = 0.0f, xs[e] = 0.0f;
+    for (int e = 0; e < 8; ++e) {
+        acc[e] = 0.0f;
+#pragma unroll
+        for (int b = 0; b < NB; ++b) cur[b][e] = 0.0f, xs[b][e] = 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < NB; ++b) s_lo[b] = s_hi[b] = 0.0f;
     constexpr uint32_t kOnes = 0x3F803F80u;
-    float s_lo = 0.0f, s_hi = 0.0f;
+    auto flush = [&](int b) {  // (sum - 136 * x sum) * scale; d[e]: row g (e & 2 == 0) / g + 8
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] = fmaf(fmaf(-136.0f, xs[b][e], cur[b][e]), (e & 2) ? s_hi[b] : s_lo[b], acc[e]);
+    };
+    uint32_t af[NB][4][4];
     for (int cb = 0; cb < KC; cb += kSlots) {
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
             const int c = cb + s;
             if (c >= KC) break;
+            const int gb = kPipe ? (s >> 1) & 1 : 0;  // the group's sum buffer (kSlots = 4: two groups per step)
+            const int ab = kPipe ? s & 1 : 0;          // the chunk's A buffer
             if ((c & 1) == 0) {  // the group's scales, used at its flush
                 const int grp = c >> 1;
-                s_lo = __half2float(sc[static_cast<int64_t>(grp) * a.NP + row_lo]);
-                s_hi = __half2float(sc[static_cast<int64_t>(grp) * a.NP + row_hi]);
+                s_lo[gb] = __half2float(sc[static_cast<int64_t>(grp) * a.NP + row_lo]);
+                s_hi[gb] = __half2float(sc[static_cast<int64_t>(grp) * a.NP + row_hi]);
             }
-            uint32_t af[4][4];
+            if constexpr (kPipe) {
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");  // chunks <= c - 2 retired
+                if ((c & 1) && c >= 3) flush(gb ^ 1);  // the previous group, retired with chunk c - 2
+            }
 #pragma unroll
-            for (int kt = 0; kt < 4; ++kt) qmm::a_fragment_int4_raw(wq[s], kt, af[kt][0], af[kt][1], af[kt][2], af[kt][3]);
+            for (int kt = 0; kt < 4; ++kt)
+                qmm::a_fragment_int4_raw(wq[s], kt, af[ab][kt][0], af[ab][kt][1], af[ab][kt][2], af[ab][kt][3]);
             load(s);  // chunk c + kSlots into the consumed slot
-            asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");  // chunk c's x landed
+            asm volatile("cp.async.wait_group %0;" ::"n"(kAhead - 1) : "memory");  // chunk c's x landed
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             __syncthreads();
-            const uint32_t stage = ring_addr + (c % kStages) * kStageBytes;
+            if constexpr (kPipe) stage_x(c + kAhead);  // into chunk c - 2's stage, whose mma retired
+            const uint32_t stage = ring_addr + (c % S) * kStageBytes;
             asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
             for (int kt = 0; kt < 4; ++kt) {
                 const uint64_t desc = b_desc(stage, kt);
                 const int keep = (c & 1) || kt > 0;  // a group's first k-tile starts its sums
-                wg_mma(cur, af[kt][0], af[kt][1], af[kt][2], af[kt][3], desc, keep);
-                wg_mma(xs, kOnes, kOnes, kOnes, kOnes, desc, keep);
+                wg_mma(cur[gb], af[ab][kt][0], af[ab][kt][1], af[ab][kt][2], af[ab][kt][3], desc, keep);
+                wg_mma(xs[gb], kOnes, kOnes, kOnes, kOnes, desc, keep);
             }
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // A registers and the stage are free
-            __syncthreads();  // every warp is done with stage c % kStages before it is refilled
-            stage_x(c + kStages - 1);
-            if (c & 1) {  // group end: (sum - 136 * x sum) * scale; d[e]: row g (e & 2 == 0) / g + 8
-#pragma unroll
-                for (int e = 0; e < 8; ++e) acc[e] = fmaf(fmaf(-136.0f, xs[e], cur[e]), (e & 2) ? s_hi : s_lo, acc[e]);
+            if constexpr (!kPipe) {
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // A registers and the stage are free
+                __syncthreads();  // every warp is done with stage c % S before it is refilled
+                stage_x(c + kAhead);
+                if (c & 1) flush(0);
             }
         }
+    }
+    if constexpr (kPipe) {
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        flush(1);  // the last group (K a multiple of 256 channels: an even number of groups, so parity 1)
     }
     asm volatile("griddepcontrol.launch_dependents;");
     // D: tokens 8 h + 2 t + (e & 1) for e = 4 h + ..., rows g / g + 8.
@@ -196,6 +224,10 @@ int main(int argc, char** argv) {
     int bad = 0;
     for (const Shape& sh : shapes) {
         const int NT = (sh.N + 15) / 16, KC = (sh.K + 63) / 64, G = (sh.K + 127) / 128;
+        if (KC % 4 != 0) {
+            std::fprintf(stderr, "bench_qmv_wgmma: K must be a multiple of 256 (%s)\n", sh.name.c_str());
+            return 2;
+        }
         const size_t nw = static_cast<size_t>(NT) * KC * 128, ns = static_cast<size_t>(G) * NT * 16;
         const size_t one = nw * 4 + ns * 2;
         const int copies = static_cast<int>((400ull << 20) / one + 1);
@@ -216,24 +248,29 @@ int main(int argc, char** argv) {
         a.sdt = gc::kF16, a.ssz = 2, a.NP = NT * 16;
         const size_t ref_smem = qmm::qmv_smem_ssm(a, 2, false, false);
         auto run_ref = [&](const Args& b) { launch(kRef, (NT + 1) / 2, qmm::kQmvThreads, ref_smem, b); };
-        auto run_wg = [&](const Args& b) { launch(wg_kernel, (NT + 3) / 4, 128, 0, b); };
+        auto run_wg = [&](const Args& b) { launch(wg_kernel<false>, (NT + 3) / 4, 128, 0, b); };
+        auto run_wp = [&](const Args& b) { launch(wg_kernel<true>, (NT + 3) / 4, 128, 0, b); };
         a.words = W[0], a.scales = S[0];
         a.y = yref;
         run_ref(a);
         a.y = y;
-        check(cudaMemset(y, 0xFF, static_cast<size_t>(M) * sh.N * 4), "memset");
-        run_wg(a);
-        check(cudaDeviceSynchronize(), "check run");
         std::vector<float> h(static_cast<size_t>(M) * sh.N), hr(h.size());
-        cudaMemcpy(h.data(), y, h.size() * 4, cudaMemcpyDeviceToHost);
         cudaMemcpy(hr.data(), yref, hr.size() * 4, cudaMemcpyDeviceToHost);
-        double dmax = 0, rmax = 0;
-        for (size_t i = 0; i < h.size(); ++i) {
-            const double d = std::isfinite(h[i]) ? std::fabs(static_cast<double>(h[i]) - hr[i]) : 1e30;
-            dmax = std::max(dmax, d), rmax = std::max(rmax, std::fabs(static_cast<double>(hr[i])));
-        }
-        const double rel = rmax > 0 ? dmax / rmax : dmax;
-        if (rel > 1e-4) ++bad;
+        auto err = [&](auto run) {
+            check(cudaMemset(y, 0xFF, static_cast<size_t>(M) * sh.N * 4), "memset");
+            run(a);
+            check(cudaDeviceSynchronize(), "check run");
+            cudaMemcpy(h.data(), y, h.size() * 4, cudaMemcpyDeviceToHost);
+            double dmax = 0, rmax = 0;
+            for (size_t i = 0; i < h.size(); ++i) {
+                const double d = std::isfinite(h[i]) ? std::fabs(static_cast<double>(h[i]) - hr[i]) : 1e30;
+                dmax = std::max(dmax, d), rmax = std::max(rmax, std::fabs(static_cast<double>(hr[i])));
+            }
+            const double rel = rmax > 0 ? dmax / rmax : dmax;
+            if (rel > 1e-4) ++bad;
+            return rel;
+        };
+        const double rel = err(run_wg), relp = err(run_wp);
         const int reps = std::max(40, 3 * copies);
         auto timed = [&](auto run) {
             return 1e3 * time_ms(
@@ -244,10 +281,11 @@ int main(int argc, char** argv) {
                              },
                              reps);
         };
-        const double t_ref = timed(run_ref), t_wg = timed(run_wg);
-        std::printf("%-8s %6d x %-6d M 16: committed %8.2f us (%.3f of copy), wgmma %8.2f us (%.3f)  max err %.1e%s\n",
+        const double t_ref = timed(run_ref), t_wg = timed(run_wg), t_wp = timed(run_wp);
+        std::printf("%-8s %6d x %-6d M 16: committed %8.2f us (%.3f of copy), wgmma %8.2f us (%.3f) err %.1e, "
+                    "pipelined %8.2f us (%.3f) err %.1e%s\n",
                     sh.name.c_str(), sh.N, sh.K, t_ref, one / (t_ref * 1e-6) / bw, t_wg, one / (t_wg * 1e-6) / bw, rel,
-                    rel > 1e-4 ? " BAD" : "");
+                    t_wp, one / (t_wp * 1e-6) / bw, relp, rel > 1e-4 || relp > 1e-4 ? " BAD" : "");
         std::fflush(stdout);
         for (size_t c = 0; c < W.size(); ++c) cudaFree(W[c]), cudaFree(S[c]);
     }
