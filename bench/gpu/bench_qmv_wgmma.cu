@@ -62,14 +62,18 @@ __device__ __forceinline__ uint64_t b_desc(uint32_t stage_addr, int kt) {
     return ((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(256 >> 4) << 16) | (static_cast<uint64_t>(128 >> 4) << 32);
 }
 
-// kPipe: the schedule of the second version. A is double-buffered across `wgmma.wait_group 1` (chunk c's
-// dequant overlaps chunk c - 1's mma), each scale group's sums have their own buffer by group parity and are
-// flushed one group late, once wait_group 1 has retired them, and the x ring has one stage more so a stage is
-// refilled only after the mma that read it retired: one block barrier per chunk, no full drain in the loop.
-template <bool kPipe>
+// SCHED 0: every chunk drained before the next (the first version). SCHED 1: A double-buffered across
+// `wgmma.wait_group 1`, each scale group's sums in their own buffer by group parity, flushed one group late once
+// wait_group 1 has retired them, the x ring one stage longer so a stage is refilled only after the mma that read
+// it retired (one block barrier per chunk); ptxas serializes it (C7514: the flush reads accumulators inside a
+// pipeline stage). SCHED 2: one drain per scale group, at its end, before the flush; the next chunk's A is
+// dequantized while the current chunk's mma run (A double-buffered; wait_group 1 before overwriting the buffer of
+// a chunk of the same group).
+template <int SCHED>
 __global__ void __launch_bounds__(128) wg_kernel(const Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    constexpr int S = kPipe ? kStages + 1 : kStages;  // x ring stages
+    constexpr bool kPipe = SCHED == 1;
+    constexpr int S = SCHED > 0 ? kStages + 1 : kStages;  // x ring stages
     __shared__ __align__(1024) unsigned char ring[S * kStageBytes];
     const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int nt = min(static_cast<int>(blockIdx.x) * 4 + warp, a.NT - 1);
@@ -108,7 +112,7 @@ __global__ void __launch_bounds__(128) wg_kernel(const Args a) {
     constexpr int kAhead = kStages - 1;  // x chunks in flight ahead of the one consumed
 #pragma unroll
     for (int c = 0; c < kAhead; ++c) stage_x(c);
-    constexpr int NB = kPipe ? 2 : 1;  // sum buffers (group parity) and A buffers
+    constexpr int NB = kPipe ? 2 : 1;  // sum buffers (group parity)
     float acc[8], cur[NB][8], xs[NB][8], s_lo[NB], s_hi[NB];
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
@@ -123,14 +127,58 @@ __global__ void __launch_bounds__(128) wg_kernel(const Args a) {
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[e] = fmaf(fmaf(-136.0f, xs[b][e], cur[b][e]), (e & 2) ? s_hi[b] : s_lo[b], acc[e]);
     };
-    uint32_t af[NB][4][4];
-    for (int cb = 0; cb < KC; cb += kSlots) {
+    uint32_t af[SCHED > 0 ? 2 : 1][4][4];
+    auto dequant = [&](int slot, int buf) {
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt)
+            qmm::a_fragment_int4_raw(wq[slot], kt, af[buf][kt][0], af[buf][kt][1], af[buf][kt][2], af[buf][kt][3]);
+    };
+    if constexpr (SCHED == 2) {
+        dequant(0, 0);
+        load(0);  // chunk kSlots into slot 0
+        for (int cb = 0; cb < KC; cb += kSlots) {
+#pragma unroll
+            for (int s = 0; s < kSlots; ++s) {
+                const int c = cb + s, ab = s & 1;
+                if (c >= KC) break;
+                if ((c & 1) == 0) {  // the group's scales, used at its flush
+                    const int grp = c >> 1;
+                    s_lo[0] = __half2float(sc[static_cast<int64_t>(grp) * a.NP + row_lo]);
+                    s_hi[0] = __half2float(sc[static_cast<int64_t>(grp) * a.NP + row_hi]);
+                }
+                asm volatile("cp.async.wait_group %0;" ::"n"(kAhead - 1) : "memory");  // chunk c's x landed
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                __syncthreads();
+                stage_x(c + kAhead);  // into chunk c - 2's stage: retired by the drain at its group's end
+                const uint32_t stage = ring_addr + (c % S) * kStageBytes;
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int kt = 0; kt < 4; ++kt) {
+                    const uint64_t desc = b_desc(stage, kt);
+                    const int keep = (c & 1) || kt > 0;
+                    wg_mma(cur[0], af[ab][kt][0], af[ab][kt][1], af[ab][kt][2], af[ab][kt][3], desc, keep);
+                    wg_mma(xs[0], kOnes, kOnes, kOnes, kOnes, desc, keep);
+                }
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                if (c + 1 < KC) {  // the next chunk's A while these run
+                    if (c & 1) asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");  // chunk c - 1's A free
+                    dequant((s + 1) % kSlots, ab ^ 1);
+                    load((s + 1) % kSlots);
+                }
+                if (c & 1) {
+                    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                    flush(0);
+                }
+            }
+        }
+    }
+    for (int cb = 0; SCHED < 2 && cb < KC; cb += kSlots) {
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
             const int c = cb + s;
             if (c >= KC) break;
             const int gb = kPipe ? (s >> 1) & 1 : 0;  // the group's sum buffer (kSlots = 4: two groups per step)
-            const int ab = kPipe ? s & 1 : 0;          // the chunk's A buffer
+            const int ab = kPipe ? s & 1 : 0;  // the chunk's A buffer
             if ((c & 1) == 0) {  // the group's scales, used at its flush
                 const int grp = c >> 1;
                 s_lo[gb] = __half2float(sc[static_cast<int64_t>(grp) * a.NP + row_lo]);
@@ -140,9 +188,7 @@ __global__ void __launch_bounds__(128) wg_kernel(const Args a) {
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");  // chunks <= c - 2 retired
                 if ((c & 1) && c >= 3) flush(gb ^ 1);  // the previous group, retired with chunk c - 2
             }
-#pragma unroll
-            for (int kt = 0; kt < 4; ++kt)
-                qmm::a_fragment_int4_raw(wq[s], kt, af[ab][kt][0], af[ab][kt][1], af[ab][kt][2], af[ab][kt][3]);
+            dequant(s, ab);
             load(s);  // chunk c + kSlots into the consumed slot
             asm volatile("cp.async.wait_group %0;" ::"n"(kAhead - 1) : "memory");  // chunk c's x landed
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -248,8 +294,9 @@ int main(int argc, char** argv) {
         a.sdt = gc::kF16, a.ssz = 2, a.NP = NT * 16;
         const size_t ref_smem = qmm::qmv_smem_ssm(a, 2, false, false);
         auto run_ref = [&](const Args& b) { launch(kRef, (NT + 1) / 2, qmm::kQmvThreads, ref_smem, b); };
-        auto run_wg = [&](const Args& b) { launch(wg_kernel<false>, (NT + 3) / 4, 128, 0, b); };
-        auto run_wp = [&](const Args& b) { launch(wg_kernel<true>, (NT + 3) / 4, 128, 0, b); };
+        auto run_wg = [&](const Args& b) { launch(wg_kernel<0>, (NT + 3) / 4, 128, 0, b); };
+        auto run_wp = [&](const Args& b) { launch(wg_kernel<1>, (NT + 3) / 4, 128, 0, b); };
+        auto run_w2 = [&](const Args& b) { launch(wg_kernel<2>, (NT + 3) / 4, 128, 0, b); };
         a.words = W[0], a.scales = S[0];
         a.y = yref;
         run_ref(a);
@@ -270,7 +317,7 @@ int main(int argc, char** argv) {
             if (rel > 1e-4) ++bad;
             return rel;
         };
-        const double rel = err(run_wg), relp = err(run_wp);
+        const double rel = err(run_wg), relp = err(run_wp), rel2 = err(run_w2);
         const int reps = std::max(40, 3 * copies);
         auto timed = [&](auto run) {
             return 1e3 * time_ms(
@@ -281,11 +328,12 @@ int main(int argc, char** argv) {
                              },
                              reps);
         };
-        const double t_ref = timed(run_ref), t_wg = timed(run_wg), t_wp = timed(run_wp);
-        std::printf("%-8s %6d x %-6d M 16: committed %8.2f us (%.3f of copy), wgmma %8.2f us (%.3f) err %.1e, "
-                    "pipelined %8.2f us (%.3f) err %.1e%s\n",
+        const double t_ref = timed(run_ref), t_wg = timed(run_wg), t_wp = timed(run_wp), t_w2 = timed(run_w2);
+        std::printf("%-8s %6d x %-6d M 16: committed %8.2f us (%.3f of copy); wgmma schedule 0 %8.2f us (%.3f) err "
+                    "%.1e, 1 %8.2f us (%.3f) err %.1e, 2 %8.2f us (%.3f) err %.1e%s\n",
                     sh.name.c_str(), sh.N, sh.K, t_ref, one / (t_ref * 1e-6) / bw, t_wg, one / (t_wg * 1e-6) / bw, rel,
-                    t_wp, one / (t_wp * 1e-6) / bw, relp, rel > 1e-4 || relp > 1e-4 ? " BAD" : "");
+                    t_wp, one / (t_wp * 1e-6) / bw, relp, t_w2, one / (t_w2 * 1e-6) / bw, rel2,
+                    rel > 1e-4 || relp > 1e-4 || rel2 > 1e-4 ? " BAD" : "");
         std::fflush(stdout);
         for (size_t c = 0; c < W.size(); ++c) cudaFree(W[c]), cudaFree(S[c]);
     }
