@@ -327,15 +327,6 @@ __device__ __forceinline__ void bf16_to_f(const U& u, float* f) {
     }
 }
 
-// D [16x8] += A [16x16] B [16x8], BF16 inputs, f32 accumulate (registers as PTX's mma fragments).
-__device__ __forceinline__ void mma16816_raw(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 constexpr int kTileRows = 8;
 template <int EPL, int G>
 static __global__ void __launch_bounds__(32 * kWarps, 3) decode_tile_kernel(DecodeParams p) {
@@ -540,8 +531,8 @@ static __global__ void __launch_bounds__(32 * kWarps) decode_tc_kernel(DecodePar
 #pragma unroll
             for (int pp = 0; pp < NP; ++pp) {
                 const uint4 qf = qrow[4 * pp];  // head g, dims 32pp + 8t .. 32pp + 8t + 7
-                mma16816_raw(s[j], qf.x, 0u, qf.y, 0u, kf[j][pp].x, kf[j][pp].y);
-                mma16816_raw(s2[j], qf.z, 0u, qf.w, 0u, kf[j][pp].z, kf[j][pp].w);
+                mma16816(s[j], qf.x, 0u, qf.y, 0u, kf[j][pp].x, kf[j][pp].y);
+                mma16816(s2[j], qf.z, 0u, qf.w, 0u, kf[j][pp].z, kf[j][pp].w);
             }
         }
 #pragma unroll
@@ -597,8 +588,8 @@ static __global__ void __launch_bounds__(32 * kWarps) decode_tc_kernel(DecodePar
             };
             const uint32_t a0 = __byte_perm(word(0), word(1), 0x5410), a1 = __byte_perm(word(0), word(1), 0x7632);
             const uint32_t a2 = __byte_perm(word(2), word(3), 0x5410), a3 = __byte_perm(word(2), word(3), 0x7632);
-            mma16816_raw(acc[i], a0, a1, a2, a3, bh[0], bh[1]);
-            mma16816_raw(acc[i], a0, a1, a2, a3, bl[0], bl[1]);
+            mma16816(acc[i], a0, a1, a2, a3, bh[0], bh[1]);
+            mma16816(acc[i], a0, a1, a2, a3, bl[0], bl[1]);
         }
     }
     if (t == 0 && g < G) sm_m[warp][g] = m, sm_l[warp][g] = l;

@@ -68,17 +68,10 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
-// c [16x8] f32 += a [16x16] bf16 (row) * b [16x8] bf16 (col).
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 // Two n8 tiles that share the A fragment; b is one ldmatrix.x4: (b0, b1) of the first tile, then the second's.
 __device__ __forceinline__ void mma_pair(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
-    mma16816(c0, a, b[0], b[1]);
-    mma16816(c1, a, b[2], b[3]);
+    mma16816(c0, a[0], a[1], a[2], a[3], b[0], b[1]);
+    mma16816(c1, a[0], a[1], a[2], a[3], b[2], b[3]);
 }
 __device__ __forceinline__ float exp2_approx(float x) {  // ex2(-inf) = +0
     float y;
