@@ -37,6 +37,7 @@
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/quant.h"
 #include "kernels/cuda/quant_qmv.cuh"
+#include "kernels/cuda/quant_qmv_bal.cuh"
 #include "kernels/cuda/quant_qmv_sk.cuh"
 
 namespace gc = grimoire::cuda;
@@ -318,32 +319,65 @@ Variant library(const char* name) {
 // The warp-granular stream-K one-row kernel (quant_qmv_sk.cuh; INT4 g128 symmetric, F16 scales), its grid as
 // qmm.cu sizes it, with its own partials and per-n-tile counters. Not bit-comparable (another summation order):
 // checked against the reference within a tolerance.
+// A variant's own partials (f32) and zeroed per-n-tile counters (up to the lm_head's n-tiles), allocated at
+// its first launch; and the device's SM count.
+struct OwnWs {
+    float* partials = nullptr;
+    int* counters = nullptr;
+    int sms = 0;
+    void ensure(size_t partial_floats) {
+        if (partials) return;
+        int dev = 0;
+        check(cudaGetDevice(&dev), "device");
+        check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "attribute");
+        check(cudaMalloc(&partials, partial_floats * 4), "cudaMalloc");
+        check(cudaMalloc(&counters, 248320 / 16 * 4), "cudaMalloc");
+        check(cudaMemset(counters, 0, 248320 / 16 * 4), "memset");
+    }
+};
+template <class Kernel>
+void allow_qmv_smem(Kernel k) {
+    check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(qmm::kQmvMaxSmem)),
+          "smem attribute");
+}
+
 template <int D, int MINB>
 Variant sk_variant(const char* name) {
-    struct Ws {
-        float* partials = nullptr;
-        int* counters = nullptr;
-    };
-    auto ws = std::make_shared<Ws>();
+    auto ws = std::make_shared<OwnWs>();
     auto k = qmm::qmv_sk_kernel<false, 2, 2, D, MINB>;
-    check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(qmm::kQmvMaxSmem)),
-          "smem attribute");
+    allow_qmv_smem(k);
     return {name, false, nullptr, 1, 0, 0, [ws, k](const Args& a0) {
                 int dev = 0, sms = 0;
                 check(cudaGetDevice(&dev), "device");
                 check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "attribute");
-                if (!ws->partials) {
-                    check(cudaMalloc(&ws->partials, static_cast<size_t>(sms) * MINB * qmm::kQmvWarps * 32 * 4),
-                          "cudaMalloc");
-                    check(cudaMalloc(&ws->counters, 248320 / 16 * 4), "cudaMalloc");
-                    check(cudaMemset(ws->counters, 0, 248320 / 16 * 4), "memset");
-                }
+                ws->ensure(static_cast<size_t>(sms) * MINB * qmm::kQmvWarps * 32);
                 Args a = a0;
                 a.partials = ws->partials, a.counters = ws->counters;
                 const int units = qmm::qmv_sk_units(a, 2);
                 const int blocks = std::max(1, std::min(sms * MINB, units / (qmm::kQmvWarps * (D / 2))));
                 launch(k, blocks, qmm::qmv_sk_smem(a), a);
+            }};
+}
+
+// The balanced one-row kernel (quant_qmv_bal.cuh; INT4 g128 symmetric, F16 scales, or FP8): BPS blocks per SM
+// of the (n-tile, part of K) units, with its own partials and per-n-tile counters. Not bit-comparable (the split n-tiles
+// add two partial sums): checked against the reference within a tolerance. Weights it does not fit are skipped.
+template <bool FP8, int D, int MAXW, int BPS>
+Variant bal_variant(const char* name) {
+    auto ws = std::make_shared<OwnWs>();
+    auto k = qmm::qmv_bal_kernel<FP8, false, FP8 ? 4 : 2, D, MAXW, BPS>;
+    allow_qmv_smem(k);
+    return {name, false, nullptr, 1, 0, 0, [ws, k](const Args& a0) {
+                ws->ensure(static_cast<size_t>(248320 / 16) * 32);
+                Args a = a0;
+                a.partials = ws->partials, a.counters = ws->counters;
+                const int nb = ws->sms * BPS;
+                a.kparts = qmm::qmv_bal_parts(a, FP8, nb, MAXW);
+                if (a.kparts == 0) return;  // not this weight's form: the check reports it
+                const int warps = (a.NT * a.kparts + nb - 1) / nb;
+                gc::launch_pdl_if(true, k, dim3(static_cast<unsigned>(nb)), dim3(static_cast<unsigned>(32 * warps)),
+                                  static_cast<size_t>(a.KC) * 128, nullptr, a);
+                check(cudaGetLastError(), "launch");
             }};
 }
 
@@ -452,6 +486,11 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, false, 1, 4, 3, qmm::kQmvPf1 | qmm::kQmvPf2, true>("ssm_ntb1_d4_pf3"),
                      // Warp-granular stream-K (quant_qmv_sk.cuh): chunks in flight, blocks per SM.
                      sk_variant<4, 4>("sk_d4_mb4"),
+                     // Balanced (n-tile, eighth) units per SM (quant_qmv_bal.cuh): one block of up to 24 warps
+                     // per SM, or two of up to 12; chunks in flight.
+                     bal_variant<false, 4, 24, 1>("bal_d4_w24"),
+                     bal_variant<false, 6, 24, 1>("bal_d6_w24"),
+                     bal_variant<false, 4, 12, 2>("bal_d4_w12x2"),
                      sk_variant<6, 4>("sk_d6_mb4"),
                      sk_variant<8, 3>("sk_d8_mb3"),  // qmm.cu's (80 registers)
                      sk_variant<12, 2>("sk_d12_mb2"),
@@ -612,6 +651,10 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
                      traced<true, false, 1, 4, 3>("ntb1_d4"),
+                     // Balanced (n-tile, eighth) units per SM (quant_qmv_bal.cuh), two or four chunks in flight.
+                     bal_variant<true, 2, 24, 1>("bal_d2_w24"),
+                     bal_variant<true, 4, 24, 1>("bal_d4_w24"),
+                     bal_variant<true, 2, 12, 2>("bal_d2_w12x2"),
                      {"loads_ntb1_d2", false, loads_only<1, 2, 2>, 1, 0, 0, {}},
                      {"loads_ntb1_d4", false, loads_only<1, 4, 2>, 1, 0, 0, {}},
                      {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},
@@ -729,7 +772,7 @@ static int run_bench(int argc, char** argv) {
                 bool same = true;
                 double rel = 0.0;  // inexact variants that compute the result: max |y - ref| / max |ref|
                 const bool computes =
-                    v.exact || v.library || v.name.rfind("sk_", 0) == 0 || v.name.rfind("msum_", 0) == 0 ||
+                    v.exact || v.library || v.name.rfind("sk_", 0) == 0 || v.name.rfind("bal_", 0) == 0 || v.name.rfind("msum_", 0) == 0 ||
                     v.name.rfind("subz_", 0) == 0 || v.name.rfind("sumcols_", 0) == 0 ||
                     v.name.rfind("trace_", 0) == 0 ||
                     v.name.rfind("wsm_", 0) == 0;

@@ -160,7 +160,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Int4Case{2100, 1024, 64, false, false, 0},
                       Int4Case{777, 1536, 128, true, false, 1},
                       Int4Case{40, 8192, 128, false, true, 2},
-                      Int4Case{20000, 1024, 128, false, false, 0}));
+                      Int4Case{20000, 1024, 128, false, false, 0},
+                      // 132 to 396 n-tiles of g128 over K a multiple of 1024: one row on the balanced kernel
+                      // (quant_qmv_bal.cuh; on 132 SMs, n-tiles split between blocks), a partial last n-tile,
+                      // one group per warp at K = 1024
+                      Int4Case{2600, 3072, 128, false, true, 0},
+                      Int4Case{5120, 2048, 128, true, false, 1},
+                      Int4Case{3001, 1024, 128, false, false, 2}));
 
 // Groups the qmm kernel does not take (not 16, 32 or a multiple of 64 channels) run every M through the
 // dequant + GEMM path: BF16-rounded weights, so the prefill tolerance applies to every M.
@@ -205,7 +211,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes,
                                            Fp8Case{17, 1000, false},
                                            Fp8Case{1030, 2048, true},
                                            Fp8Case{129, 4160, false},
-                                           Fp8Case{17001, 300, true}));
+                                           Fp8Case{17001, 300, true},
+                                           // one row on the balanced kernel (quant_qmv_bal.cuh, 132 SMs)
+                                           Fp8Case{2600, 3072, true},
+                                           Fp8Case{5120, 1024, true}));
 
 // A stacked gate | up weight in one pass (Linear::forward_glu, quant.h QmmParts::glu): bit for bit the two parts
 // (themselves checked against fp64 above) followed by silu_mul, for every row count the pass is offered at
@@ -447,6 +456,101 @@ TEST(CudaQmmStreamK, AnyGridSizeGivesTheSameResult) {
                             static_cast<const void*>(d.perm), static_cast<const void*>(ws.partials),
                             static_cast<const void*>(ws.counters)})
         cudaFree(const_cast<void*>(ptr));
+}
+
+// The balanced one-row kernel (quant_qmv_bal.cuh), forced (cuda::kQmmBalanced): n-tiles split between two
+// grid blocks are summed by the later arrival, left part first, so the result must match fp64 and repeat bit
+// for bit over back-to-back launches (the arrival counters reset themselves). INT4 symmetric F16, asymmetric
+// act-order BF16 (x gathered), one group per part (K = 1024), a partial last n-tile; FP8 128 x 128 blocks.
+TEST(CudaQmvBalanced, MatchesOracleAndRepeats) {
+    GRIMOIRE_REQUIRE_GPU();
+    std::mt19937 rng(fresh_seed());
+    auto up = [](const void* src, size_t bytes) {
+        void* d = nullptr;
+        EXPECT_EQ(cudaMalloc(&d, bytes), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+        return d;
+    };
+    struct Case {
+        int64_t N, K;
+        bool fp8, act, sym;
+        int scale_kind;
+    };
+    int ran = 0;
+    for (const Case c : {Case{2600, 3072, false, false, true, 0}, Case{5120, 2048, false, true, false, 1},
+                         Case{3001, 1024, false, false, false, 0}, Case{2600, 3072, true, false, false, 0},
+                         Case{5120, 1024, true, false, false, 0}}) {
+        const std::string what = std::string(c.fp8 ? "fp8 " : "int4 ") + std::to_string(c.N) + "x" + std::to_string(c.K);
+        if (cuda::qmm_balanced_parts(c.fp8, c.N, c.K, 128, (c.K + 127) / 128) == 0) {
+            std::printf("%s: not the balanced kernel's on this device's SM count, skipped\n", what.c_str());
+            continue;
+        }
+        ++ran;
+        std::vector<float> w(static_cast<size_t>(c.N * c.K));
+        cuda::Int4Dev d4;
+        cuda::Fp8Dev d8;
+        std::vector<const void*> owned;
+        if (c.fp8) {
+            const Fp8Host h = random_fp8(c.N, c.K, true, rng);
+            cpu::dequant_fp8_rows({h.w.data(), h.scales.data(), h.N, h.K, h.bn, h.bk}, 0, h.N, w.data());
+            const PackedFp8 p = repack_fp8(h);
+            d8.N = p.N, d8.K = p.K, d8.NT = p.NT, d8.KC = p.KC, d8.bn = p.bn, d8.bk = p.bk, d8.SN = p.SN, d8.SG = p.SG;
+            d8.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
+            d8.scales = static_cast<const float*>(up(p.scales.data(), p.scales.size() * 4));
+            owned = {d8.words, d8.scales};
+        } else {
+            const Int4Host h = random_int4(c.N, c.K, 128, c.act, c.sym, c.scale_kind, rng);
+            cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N,
+                                   w.data());
+            const PackedInt4 p = repack_int4(h);
+            d4.N = p.N, d4.K = p.K, d4.G = p.G, d4.group_size = p.group_size, d4.NT = p.NT, d4.KC = p.KC;
+            d4.scale_dtype = p.scale_type == ScaleType::F16 ? DType::F16 : p.scale_type == ScaleType::BF16 ? DType::BF16 : DType::F32;
+            d4.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
+            d4.scales = up(p.scales.data(), p.scales.size());
+            d4.zeros = p.zeros.empty() ? nullptr : static_cast<const uint8_t*>(up(p.zeros.data(), p.zeros.size()));
+            d4.perm = p.perm.empty() ? nullptr : static_cast<const int32_t*>(up(p.perm.data(), p.perm.size() * 4));
+            owned = {d4.words, d4.scales, d4.zeros, d4.perm};
+        }
+        size_t pb = 0;
+        int nc = 0;
+        cuda::qmm_workspace_need(c.N, c.K, &pb, &nc);
+        cuda::QmmWorkspace ws;
+        ws.partials = static_cast<float*>(up(std::vector<uint8_t>(pb).data(), pb)), ws.partial_bytes = pb;
+        ws.counters = static_cast<int*>(up(std::vector<int>(static_cast<size_t>(nc)).data(), static_cast<size_t>(nc) * 4));
+        ws.n_counters = nc;
+        const std::vector<float> xv = test::rand_bf16(static_cast<size_t>(c.K), rng());
+        std::vector<uint16_t> xb(xv.size());
+        for (size_t i = 0; i < xv.size(); ++i) xb[i] = f32_to_bf16(xv[i]);
+        Tensor x(up(xb.data(), xb.size() * 2), DType::BF16, Device::CUDA, {1, c.K});
+        Tensor y(nullptr, DType::F32, Device::CUDA, {1, c.N});
+        y.data = up(std::vector<float>(static_cast<size_t>(c.N), NAN).data(), static_cast<size_t>(c.N) * 4);
+        std::vector<double> want, mag;
+        test::host_matmul(xv, w, 1, c.N, c.K, want, mag);
+        std::vector<uint32_t> first;
+        for (int rep = 0; rep < 6; ++rep) {
+            ASSERT_EQ(cudaMemset(y.data, 0xff, static_cast<size_t>(c.N) * 4), cudaSuccess);  // NaN poison
+            if (c.fp8)
+                cuda::qmm_fp8(d8, x, y, ws, nullptr, cuda::kQmmBalanced);
+            else
+                cuda::qmm_int4(d4, x, y, ws, nullptr, cuda::kQmmBalanced);
+            std::vector<float> got(static_cast<size_t>(c.N));
+            ASSERT_EQ(cudaMemcpy(got.data(), y.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+            size_t bad = 0;
+            for (size_t i = 0; i < got.size(); ++i) bad += !(std::fabs(got[i] - want[i]) <= 2e-5 * mag[i] + 1e-12);
+            EXPECT_EQ(bad, 0u) << what << " launch " << rep;
+            std::vector<uint32_t> bits(got.size());
+            std::memcpy(bits.data(), got.data(), got.size() * 4);
+            if (rep == 0) first = bits;
+            else EXPECT_EQ(bits, first) << what << " launch " << rep;
+        }
+        std::vector<int> counters(static_cast<size_t>(nc));
+        ASSERT_EQ(cudaMemcpy(counters.data(), ws.counters, counters.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), nc) << what << ": arrival counters left non-zero";
+        owned.insert(owned.end(), {x.data, y.data, ws.partials, ws.counters});
+        for (const void* ptr : owned)
+            if (ptr) cudaFree(const_cast<void*>(ptr));
+    }
+    if (ran == 0) GTEST_SKIP() << "no case takes the balanced kernel on this device";
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/quant_mma_tma.cuh"
 #include "kernels/cuda/quant_qmv.cuh"
+#include "kernels/cuda/quant_qmv_bal.cuh"
 
 namespace grimoire::cuda {
 
@@ -23,7 +24,8 @@ int device_sms() {
 
 // Partials: [grid block][2][M][kColBlock] f32 for at most kMaxBlocksPerSm blocks per SM, then the BF16 copy
 // of x [M][K rounded to 64] when x needs converting, the act-order gather or the qmv kernel's fragment order;
-// counters: one per column block.
+// counters: one per n-tile (the balanced one-row kernel's split n-tiles; the stream-K kernels use one per column
+// block, the first NT / 16).
 constexpr int kMaxBlocksPerSm = 8;
 
 size_t partials_region() {
@@ -34,7 +36,7 @@ void qmm_workspace_need(int64_t N, int64_t K, size_t* partial_bytes, int* n_coun
     const int64_t NT = (N + 15) / 16;
     *partial_bytes =
         partials_region() + static_cast<size_t>(kQmmMaxM) * static_cast<size_t>((K + 63) / 64 * 64) * 2;
-    *n_counters = static_cast<int>((NT + qmm::kNtPerBlock - 1) / qmm::kNtPerBlock);
+    *n_counters = static_cast<int>(NT);
 }
 
 bool qmm_supported(int64_t group_size, int64_t G) {
@@ -211,8 +213,39 @@ bool qmv_mid() {
     return on;
 }
 
+// One row of a weight of up to ~24 n-tiles per SM (27B down_proj and o_proj: 320 n-tiles on 132 SMs) on the
+// balanced kernel (quant_qmv_bal.cuh): one block per SM of its share of the (n-tile, part-of-K) units, where
+// the one-tile blocks leave some SMs three blocks and others two. Opt-in (GRIMOIRE_QMV_BAL=1, or a launch with
+// kQmmBalanced: Args::kparts < 0 on entry) until measured on the card; it was written in a session without one.
+bool qmv_bal_on() {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_QMV_BAL");
+        return e && e[0] == '1';
+    }();
+    return on;
+}
+constexpr int kBalMaxWarps = 24;
+template <bool FP8, bool ASYM, int SSZ>
+bool launch_qmv_bal(qmm::Args& a, cudaStream_t s) {
+    const int nb = qmm::device_sms();
+    a.kparts = qmv_bal_on() || a.kparts < 0 ? qmm::qmv_bal_parts(a, FP8, nb, kBalMaxWarps) : 0;
+    if (a.kparts == 0) return false;
+    constexpr int D = FP8 ? 2 : 4;  // chunks in flight per warp: the one-tile blocks' depth
+    auto kernel = qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, kBalMaxWarps, 1>;
+    static const bool attr_set = [&] {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(qmm::kQmvMaxSmem));
+        return true;
+    }();
+    (void)attr_set;
+    const int warps = (a.NT * a.kparts + nb - 1) / nb;
+    launch_ex(kernel, a, nb, 32 * warps, static_cast<size_t>(a.KC) * 128, device_is_hopper(), s);
+    return true;
+}
+
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
+    if (a.M == 1 && launch_qmv_bal<FP8, ASYM, SSZ>(a, s)) return;
     const bool two = a.NT >= 4 * qmm::device_sms(), wide = a.NT >= 8 * qmm::device_sms();
     // Session 12 (x staged by cp.async, overlapped with the table): INT4 one row on weights of at least 8
     // n-tiles per SM takes the staged two-tile blocks at four per SM (64 registers, warp-local staging; same
@@ -434,7 +467,7 @@ bool qmm_prepare(const char* op,
     size_t need = 0;
     int counters = 0;
     qmm_workspace_need(N, K, &need, &counters);
-    if (!ws.partials || !ws.counters || ws.n_counters < nb || ws.partial_bytes < need)
+    if (!ws.partials || !ws.counters || ws.n_counters < counters || ws.partial_bytes < need)
         throw Error(std::string("cuda ") + op + ": workspace too small (reserve qmm_workspace_need)");
     a.partials = ws.partials, a.counters = ws.counters;
     a.y = y.data, a.ydt = dt_code(y.dtype, op, "y");
@@ -452,6 +485,7 @@ bool qmm_prepare(const char* op,
         return e && e[0] == '1' ? 1 : 0;
     }();
     a.early = early;
+    a.kparts = forced == kQmmBalanced ? -1 : 0;
     if (parts && parts->glu && (parts->n != 1 || N % 32 != 0 || !qmm_glu_ok(fp8, asym, M, N, K, gs, G)))
         throw Error(std::string("cuda ") + op + ": glu parts need one part, N a multiple of 32 and qmm_glu_ok");
     if (parts && parts->n > 0) {
@@ -502,6 +536,16 @@ bool qmm_prepare(const char* op,
     }();
     if (qmv) a.early = qmv_early;
     return true;
+}
+
+int qmm_balanced_parts(bool fp8, int64_t N, int64_t K, int64_t group_size, int64_t G) {
+    if (N <= 0 || K <= 0 || N > (1 << 30) || K > (1 << 30)) return 0;
+    qmm::Args a{};
+    a.M = 1, a.N = static_cast<int>(N), a.K = static_cast<int>(K);
+    a.NT = static_cast<int>((N + 15) / 16), a.KC = static_cast<int>((K + 63) / 64);
+    a.G = static_cast<int>(G < 1 ? 1 : G), a.gs = static_cast<int>(G <= 1 ? K : group_size);
+    a.bn = fp8 ? 1 : 0;  // any block height: the kernel takes every row's own scale
+    return qmm::qmv_bal_parts(a, fp8, qmm::device_sms(), kBalMaxWarps);
 }
 
 int qmm_dtype_code(DType t) {

@@ -113,6 +113,7 @@ struct Args {
     int xoff, soff, zoff, stage;  // byte offsets in one ring stage, and its size
     int nstage;                   // TMA kernel (quant_mma_tma.cuh): ring stages
     int early;  // let the next grid launch at this one's start (see pdl_enter in common.cuh)
+    int kparts;  // the balanced one-row kernel (quant_qmv_bal.cuh): parts of K per n-tile
     QmmParts parts;  // n > 0: the columns go to these tensors instead of y (store_y)
 #ifdef GRIMOIRE_QMM_TRACE
     int tslot;  // trace slot (launch parity)
