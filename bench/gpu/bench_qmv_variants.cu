@@ -359,16 +359,17 @@ Variant sk_variant(const char* name) {
             }};
 }
 
-// The balanced one-row kernel (quant_qmv_bal.cuh; INT4 g128 symmetric, F16 scales, or FP8): BPS blocks per SM
-// of the (n-tile, part of K) units, with its own partials and per-n-tile counters. Not bit-comparable (the split n-tiles
-// add two partial sums): checked against the reference within a tolerance. Weights it does not fit are skipped.
-template <bool FP8, int D, int MAXW, int BPS>
+// The balanced kernel (quant_qmv_bal.cuh; INT4 g128 symmetric, F16 scales, or FP8; NH 0: one row, 1 / 2:
+// 2..8 / 9..16 rows): BPS blocks per SM of the (n-tile, part of K) units, with its own partials and per-n-tile
+// counters. Not bit-comparable (the split n-tiles add two partial sums): checked against the reference within a
+// tolerance. Weights it does not fit are skipped (the check reports them).
+template <bool FP8, int D, int MAXW, int BPS, int NH = 0>
 Variant bal_variant(const char* name) {
     auto ws = std::make_shared<OwnWs>();
-    auto k = qmm::qmv_bal_kernel<FP8, false, FP8 ? 4 : 2, D, MAXW, BPS>;
+    auto k = qmm::qmv_bal_kernel<FP8, false, FP8 ? 4 : 2, D, MAXW, BPS, NH>;
     allow_qmv_smem(k);
     return {name, false, nullptr, 1, 0, 0, [ws, k](const Args& a0) {
-                ws->ensure(static_cast<size_t>(248320 / 16) * 32);
+                ws->ensure(static_cast<size_t>(248320 / 16) * 32 * 16);
                 Args a = a0;
                 a.partials = ws->partials, a.counters = ws->counters;
                 const int nb = ws->sms * BPS;
@@ -376,7 +377,7 @@ Variant bal_variant(const char* name) {
                 if (a.kparts == 0) return;  // not this weight's form: the check reports it
                 const int warps = (a.NT * a.kparts + nb - 1) / nb;
                 gc::launch_pdl_if(true, k, dim3(static_cast<unsigned>(nb)), dim3(static_cast<unsigned>(32 * warps)),
-                                  static_cast<size_t>(a.KC) * 128, nullptr, a);
+                                  NH == 0 ? static_cast<size_t>(a.KC) * 128 : 0, nullptr, a);
                 check(cudaGetLastError(), "launch");
             }};
 }
@@ -539,6 +540,7 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
                      kernel_variant<false, true, 2, 3, 4, 0, true>("ssm_ntb2_d3_mb4"),
                      kernel_variant<false, true, 2, 2, 4, 0, true>("ssm_ntb2_d2_mb4"),
+                     bal_variant<false, 4, 20, 1, 1>("bal_d4_w20"),  // quant_qmv_bal.cuh
                  }});
     // 8 rows: the qmv kernel's variants and the library's dispatch.
     g.push_back({"int4_m8",
@@ -552,6 +554,7 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 2, 4, 3, 0, true, 8>("ssm_ntb2_d4"),
                      kernel_variant<false, true, 2, 3, 4, 0, true, 8>("ssm_ntb2_d3_mb4"),
                      kernel_variant<false, true, 2, 2, 4, 0, true, 8>("ssm_ntb2_d2_mb4"),
+                     bal_variant<false, 4, 20, 1, 1>("bal_d4_w20"),  // quant_qmv_bal.cuh
                      library<false>("library"),
                  }});
     // 16 rows: each A fragment meets two B operands (MAXM = 16).
@@ -563,6 +566,8 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 1, 4, 3, 0, true, 16>("ssm_ntb1_d4"),
              kernel_variant<false, true, 2, 3, 3, 0, true, 16>("ssm_ntb2_d3"),
              kernel_variant<false, true, 2, 3, 2, 0, true, 16>("ssm_ntb2_d3_mb2"),  // qmm.cu: no spills
+             bal_variant<false, 4, 20, 1, 2>("bal_d4_w20"),  // quant_qmv_bal.cuh
+             bal_variant<false, 2, 20, 1, 2>("bal_d2_w20"),
              kernel_variant<false, true, 1, 3, 3, 0, true, 16>("ssm_ntb1_d3"),
              kernel_variant<false, true, 1, 2, 3, 0, true, 16>("ssm_ntb1_d2"),
              kernel_variant<false, true, 2, 2, 3, 0, true, 16>("ssm_ntb2_d2"),
@@ -603,6 +608,7 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, true, 1, 4, 3>("ntb1_d4"),
                      kernel_variant<true, true, 2, 3, 3>("ntb2_d3"),
                      kernel_variant<true, true, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
+                     bal_variant<true, 2, 20, 1, 1>("bal_d2_w20"),  // quant_qmv_bal.cuh
                      library<true>("library"),
                  }});
     g.push_back({"fp8_m8",
@@ -620,6 +626,7 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, true, 1, 4, 3, 0, false, 16>("ntb1_d4"),
                      kernel_variant<true, true, 2, 2, 3, 0, false, 16>("ntb2_d2"),
                      kernel_variant<true, true, 1, 2, 3, 0, false, 16>("ntb1_d2"),
+                     bal_variant<true, 2, 20, 1, 2>("bal_d2_w20"),  // quant_qmv_bal.cuh
                      library<true>("library"),
                  }});
     g.push_back({"fp8_m1",

@@ -458,10 +458,11 @@ TEST(CudaQmmStreamK, AnyGridSizeGivesTheSameResult) {
         cudaFree(const_cast<void*>(ptr));
 }
 
-// The balanced one-row kernel (quant_qmv_bal.cuh), forced (cuda::kQmmBalanced): n-tiles split between two
-// grid blocks are summed by the later arrival, left part first, so the result must match fp64 and repeat bit
-// for bit over back-to-back launches (the arrival counters reset themselves). INT4 symmetric F16, asymmetric
-// act-order BF16 (x gathered), one group per part (K = 1024), a partial last n-tile; FP8 128 x 128 blocks.
+// The balanced kernel (quant_qmv_bal.cuh), forced (cuda::kQmmBalanced) at 1, 4 and 16 rows (x staged / read
+// from memory, one or two B operands): n-tiles split between two grid blocks are summed by the later arrival,
+// left part first, so the result must match fp64 and repeat bit for bit over back-to-back launches (the arrival
+// counters reset themselves). INT4 symmetric F16, asymmetric act-order BF16 (x gathered), one group per part
+// (K = 1024), a partial last n-tile; FP8 128 x 128 blocks.
 TEST(CudaQmvBalanced, MatchesOracleAndRepeats) {
     GRIMOIRE_REQUIRE_GPU();
     std::mt19937 rng(fresh_seed());
@@ -480,12 +481,6 @@ TEST(CudaQmvBalanced, MatchesOracleAndRepeats) {
     for (const Case c : {Case{2600, 3072, false, false, true, 0}, Case{5120, 2048, false, true, false, 1},
                          Case{3001, 1024, false, false, false, 0}, Case{2600, 3072, true, false, false, 0},
                          Case{5120, 1024, true, false, false, 0}}) {
-        const std::string what = std::string(c.fp8 ? "fp8 " : "int4 ") + std::to_string(c.N) + "x" + std::to_string(c.K);
-        if (cuda::qmm_balanced_parts(c.fp8, c.N, c.K, 128, (c.K + 127) / 128) == 0) {
-            std::printf("%s: not the balanced kernel's on this device's SM count, skipped\n", what.c_str());
-            continue;
-        }
-        ++ran;
         std::vector<float> w(static_cast<size_t>(c.N * c.K));
         cuda::Int4Dev d4;
         cuda::Fp8Dev d8;
@@ -504,7 +499,9 @@ TEST(CudaQmvBalanced, MatchesOracleAndRepeats) {
                                    w.data());
             const PackedInt4 p = repack_int4(h);
             d4.N = p.N, d4.K = p.K, d4.G = p.G, d4.group_size = p.group_size, d4.NT = p.NT, d4.KC = p.KC;
-            d4.scale_dtype = p.scale_type == ScaleType::F16 ? DType::F16 : p.scale_type == ScaleType::BF16 ? DType::BF16 : DType::F32;
+            d4.scale_dtype = p.scale_type == ScaleType::F16    ? DType::F16
+                             : p.scale_type == ScaleType::BF16 ? DType::BF16
+                                                               : DType::F32;
             d4.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
             d4.scales = up(p.scales.data(), p.scales.size());
             d4.zeros = p.zeros.empty() ? nullptr : static_cast<const uint8_t*>(up(p.zeros.data(), p.zeros.size()));
@@ -518,35 +515,49 @@ TEST(CudaQmvBalanced, MatchesOracleAndRepeats) {
         ws.partials = static_cast<float*>(up(std::vector<uint8_t>(pb).data(), pb)), ws.partial_bytes = pb;
         ws.counters = static_cast<int*>(up(std::vector<int>(static_cast<size_t>(nc)).data(), static_cast<size_t>(nc) * 4));
         ws.n_counters = nc;
-        const std::vector<float> xv = test::rand_bf16(static_cast<size_t>(c.K), rng());
-        std::vector<uint16_t> xb(xv.size());
-        for (size_t i = 0; i < xv.size(); ++i) xb[i] = f32_to_bf16(xv[i]);
-        Tensor x(up(xb.data(), xb.size() * 2), DType::BF16, Device::CUDA, {1, c.K});
-        Tensor y(nullptr, DType::F32, Device::CUDA, {1, c.N});
-        y.data = up(std::vector<float>(static_cast<size_t>(c.N), NAN).data(), static_cast<size_t>(c.N) * 4);
-        std::vector<double> want, mag;
-        test::host_matmul(xv, w, 1, c.N, c.K, want, mag);
-        std::vector<uint32_t> first;
-        for (int rep = 0; rep < 6; ++rep) {
-            ASSERT_EQ(cudaMemset(y.data, 0xff, static_cast<size_t>(c.N) * 4), cudaSuccess);  // NaN poison
-            if (c.fp8)
-                cuda::qmm_fp8(d8, x, y, ws, nullptr, cuda::kQmmBalanced);
-            else
-                cuda::qmm_int4(d4, x, y, ws, nullptr, cuda::kQmmBalanced);
-            std::vector<float> got(static_cast<size_t>(c.N));
-            ASSERT_EQ(cudaMemcpy(got.data(), y.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-            size_t bad = 0;
-            for (size_t i = 0; i < got.size(); ++i) bad += !(std::fabs(got[i] - want[i]) <= 2e-5 * mag[i] + 1e-12);
-            EXPECT_EQ(bad, 0u) << what << " launch " << rep;
-            std::vector<uint32_t> bits(got.size());
-            std::memcpy(bits.data(), got.data(), got.size() * 4);
-            if (rep == 0) first = bits;
-            else EXPECT_EQ(bits, first) << what << " launch " << rep;
+        owned.insert(owned.end(), {ws.partials, ws.counters});
+        for (int64_t M : {1, 4, 16}) {
+            const std::string what = std::string(c.fp8 ? "fp8 " : "int4 ") + std::to_string(c.N) + "x" +
+                                     std::to_string(c.K) + " M " + std::to_string(M);
+            if (cuda::qmm_balanced_parts(c.fp8, M, c.N, c.K, 128, (c.K + 127) / 128) == 0) {
+                std::printf("%s: not the balanced kernel's on this device's SM count, skipped\n", what.c_str());
+                continue;
+            }
+            ++ran;
+            const std::vector<float> xv = test::rand_bf16(static_cast<size_t>(M * c.K), rng());
+            std::vector<uint16_t> xb(xv.size());
+            for (size_t i = 0; i < xv.size(); ++i) xb[i] = f32_to_bf16(xv[i]);
+            Tensor x(up(xb.data(), xb.size() * 2), DType::BF16, Device::CUDA, {M, c.K});
+            Tensor y(nullptr, DType::F32, Device::CUDA, {M, c.N});
+            const size_t ny = static_cast<size_t>(M * c.N);
+            y.data = up(std::vector<float>(ny, NAN).data(), ny * 4);
+            std::vector<double> want, mag;
+            test::host_matmul(xv, w, M, c.N, c.K, want, mag);
+            std::vector<uint32_t> first;
+            for (int rep = 0; rep < 6; ++rep) {
+                ASSERT_EQ(cudaMemset(y.data, 0xff, ny * 4), cudaSuccess);  // NaN poison
+                if (c.fp8)
+                    cuda::qmm_fp8(d8, x, y, ws, nullptr, cuda::kQmmBalanced);
+                else
+                    cuda::qmm_int4(d4, x, y, ws, nullptr, cuda::kQmmBalanced);
+                std::vector<float> got(ny);
+                ASSERT_EQ(cudaMemcpy(got.data(), y.data, ny * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+                size_t bad = 0;
+                for (size_t i = 0; i < ny; ++i) bad += !(std::fabs(got[i] - want[i]) <= 2e-5 * mag[i] + 1e-12);
+                EXPECT_EQ(bad, 0u) << what << " launch " << rep;
+                std::vector<uint32_t> bits(ny);
+                std::memcpy(bits.data(), got.data(), ny * 4);
+                if (rep == 0)
+                    first = bits;
+                else
+                    EXPECT_EQ(bits, first) << what << " launch " << rep;
+            }
+            std::vector<int> counters(static_cast<size_t>(nc));
+            ASSERT_EQ(cudaMemcpy(counters.data(), ws.counters, counters.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+            EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), nc) << what << ": arrival counters left non-zero";
+            cudaFree(x.data);
+            cudaFree(y.data);
         }
-        std::vector<int> counters(static_cast<size_t>(nc));
-        ASSERT_EQ(cudaMemcpy(counters.data(), ws.counters, counters.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-        EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), nc) << what << ": arrival counters left non-zero";
-        owned.insert(owned.end(), {x.data, y.data, ws.partials, ws.counters});
         for (const void* ptr : owned)
             if (ptr) cudaFree(const_cast<void*>(ptr));
     }

@@ -213,10 +213,11 @@ bool qmv_mid() {
     return on;
 }
 
-// One row of a weight of up to ~24 n-tiles per SM (27B down_proj and o_proj: 320 n-tiles on 132 SMs) on the
-// balanced kernel (quant_qmv_bal.cuh): one block per SM of its share of the (n-tile, part-of-K) units, where
-// the one-tile blocks leave some SMs three blocks and others two. Opt-in (GRIMOIRE_QMV_BAL=1, or a launch with
-// kQmmBalanced: Args::kparts < 0 on entry) until measured on the card; it was written in a session without one.
+// One to sixteen rows of a weight of up to ~24 n-tiles per SM (27B down_proj and o_proj: 320 n-tiles on 132
+// SMs) on the balanced kernel (quant_qmv_bal.cuh): one block per SM of its share of the (n-tile, part-of-K)
+// units, where the one- and two-tile blocks leave some SMs a block more than others. Opt-in (GRIMOIRE_QMV_BAL=1,
+// or a launch with kQmmBalanced: Args::kparts < 0 on entry) until measured on the card; it was written in a
+// session without one.
 bool qmv_bal_on() {
     static const bool on = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_BAL");
@@ -224,14 +225,12 @@ bool qmv_bal_on() {
     }();
     return on;
 }
-constexpr int kBalMaxWarps = 24;
-template <bool FP8, bool ASYM, int SSZ>
-bool launch_qmv_bal(qmm::Args& a, cudaStream_t s) {
-    const int nb = qmm::device_sms();
-    a.kparts = qmv_bal_on() || a.kparts < 0 ? qmm::qmv_bal_parts(a, FP8, nb, kBalMaxWarps) : 0;
-    if (a.kparts == 0) return false;
-    constexpr int D = FP8 ? 2 : 4;  // chunks in flight per warp: the one-tile blocks' depth
-    auto kernel = qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, kBalMaxWarps, 1>;
+// Warps per block: one row 24 (80 registers); 2..16 rows 20 (up to 102).
+int bal_max_warps(int M) {
+    return M == 1 ? 24 : 20;
+}
+template <class Kernel>
+void launch_bal_kernel(Kernel kernel, qmm::Args& a, int nb, size_t smem, cudaStream_t s) {
     static const bool attr_set = [&] {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(qmm::kQmvMaxSmem));
@@ -239,13 +238,28 @@ bool launch_qmv_bal(qmm::Args& a, cudaStream_t s) {
     }();
     (void)attr_set;
     const int warps = (a.NT * a.kparts + nb - 1) / nb;
-    launch_ex(kernel, a, nb, 32 * warps, static_cast<size_t>(a.KC) * 128, device_is_hopper(), s);
+    launch_ex(kernel, a, nb, 32 * warps, smem, device_is_hopper(), s);
+}
+template <bool FP8, bool ASYM, int SSZ>
+bool launch_qmv_bal(qmm::Args& a, cudaStream_t s) {
+    const int nb = qmm::device_sms();
+    // 2..16 rows with conv parts: the other kernels' blocks run each column's tokens in order (qmm_conv_ok).
+    const bool want = (qmv_bal_on() || a.kparts < 0) && !(a.M > 1 && a.parts.conv);
+    a.kparts = want ? qmm::qmv_bal_parts(a, FP8, nb, bal_max_warps(a.M)) : 0;
+    if (a.kparts == 0) return false;
+    constexpr int D = FP8 ? 2 : 4;  // chunks in flight per warp: the one-tile blocks' depth
+    if (a.M == 1)
+        launch_bal_kernel(qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, 24, 1, 0>, a, nb, static_cast<size_t>(a.KC) * 128, s);
+    else if (a.M <= 8)
+        launch_bal_kernel(qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, 20, 1, 1>, a, nb, 0, s);
+    else
+        launch_bal_kernel(qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, 20, 1, 2>, a, nb, 0, s);
     return true;
 }
 
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
-    if (a.M == 1 && launch_qmv_bal<FP8, ASYM, SSZ>(a, s)) return;
+    if (launch_qmv_bal<FP8, ASYM, SSZ>(a, s)) return;
     const bool two = a.NT >= 4 * qmm::device_sms(), wide = a.NT >= 8 * qmm::device_sms();
     // Session 12 (x staged by cp.async, overlapped with the table): INT4 one row on weights of at least 8
     // n-tiles per SM takes the staged two-tile blocks at four per SM (64 registers, warp-local staging; same
@@ -538,14 +552,14 @@ bool qmm_prepare(const char* op,
     return true;
 }
 
-int qmm_balanced_parts(bool fp8, int64_t N, int64_t K, int64_t group_size, int64_t G) {
-    if (N <= 0 || K <= 0 || N > (1 << 30) || K > (1 << 30)) return 0;
+int qmm_balanced_parts(bool fp8, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G) {
+    if (M < 1 || M > kQmmMaxM || N <= 0 || K <= 0 || N > (1 << 30) || K > (1 << 30)) return 0;
     qmm::Args a{};
-    a.M = 1, a.N = static_cast<int>(N), a.K = static_cast<int>(K);
+    a.M = static_cast<int>(M), a.N = static_cast<int>(N), a.K = static_cast<int>(K);
     a.NT = static_cast<int>((N + 15) / 16), a.KC = static_cast<int>((K + 63) / 64);
     a.G = static_cast<int>(G < 1 ? 1 : G), a.gs = static_cast<int>(G <= 1 ? K : group_size);
     a.bn = fp8 ? 1 : 0;  // any block height: the kernel takes every row's own scale
-    return qmm::qmv_bal_parts(a, fp8, qmm::device_sms(), kBalMaxWarps);
+    return qmm::qmv_bal_parts(a, fp8, qmm::device_sms(), bal_max_warps(a.M));
 }
 
 int qmm_dtype_code(DType t) {

@@ -83,14 +83,14 @@ struct QmmParts {
 bool qmm_glu_ok(bool fp8, bool asym, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G);
 
 // x [M, K] BF16 or F32; y [M, N] BF16 or F32. `blocks` > 0 forces the grid size (tests use it to exercise
-// column blocks split between many grid blocks), kQmmBalanced forces the balanced one-row kernel where the
-// weight takes it (qmm_balanced_parts), else the dispatch's choice. With `parts`, y gives only the shape and
+// column blocks split between many grid blocks), kQmmBalanced forces the balanced kernel where the weight
+// takes it (qmm_balanced_parts), else the dispatch's choice. With `parts`, y gives only the shape and
 // dtype (its data may be null) and the result goes to the parts.
 constexpr int kQmmBalanced = -1;
-// The parts of K per n-tile the balanced one-row kernel (quant_qmv_bal.cuh) gives an [N, K] weight with these
-// scale groups on this device, 0 where it does not take it. qmm_* launch it for one row where this is non-zero
-// and GRIMOIRE_QMV_BAL=1 (opt-in until it is measured on the card), or with kQmmBalanced.
-int qmm_balanced_parts(bool fp8, int64_t N, int64_t K, int64_t group_size, int64_t G);
+// The parts of K per n-tile the balanced kernel (quant_qmv_bal.cuh) gives M rows of an [N, K] weight with these
+// scale groups on this device, 0 where it does not take it. qmm_* launch it where this is non-zero (and, at 2..16
+// rows, no conv parts) with GRIMOIRE_QMV_BAL=1 (opt-in until it is measured on the card), or with kQmmBalanced.
+int qmm_balanced_parts(bool fp8, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G);
 void qmm_int4(const Int4Dev& w,
               const Tensor& x,
               Tensor& y,

@@ -1,22 +1,23 @@
-// One row (single-user decode) of an INT4 weight with g128 scale groups or an FP8 weight with 128 x 128 scale
-// blocks, its warps spread evenly over the SMs: the balanced form of quant_qmv.cuh's one-row blocks, for
-// weights of up to ~24 n-tiles per SM (27B down_proj and o_proj: 320 n-tiles on 132 SMs; the DeltaNet q | k |
-// v | z: 1024).
+// One to sixteen rows of an INT4 weight with g128 scale groups or an FP8 weight with 128 x 128 scale blocks,
+// its warps spread evenly over the SMs: the balanced form of quant_qmv.cuh's blocks, for weights of up to ~24
+// n-tiles per SM (27B down_proj and o_proj: 320 n-tiles on 132 SMs; the DeltaNet q | k | v | z: 1024).
 //
 // Why: the one-tile form is a block of 8 warps per n-tile, each warp a contiguous eighth of K. With 320
 // blocks on 132 SMs, 56 SMs hold three blocks and 76 hold two; the kernel ends when the three-block SMs do
 // (H200 timeline, docs/BENCHMARKS.md session 20: down's two-block SMs exit at 12.5-13.3 us, the three-block
-// ones at 16.5). Here the work is (n-tile, part of K) units, E = Args::kparts parts per n-tile (8 on down:
-// the same per-warp work as the one-tile blocks), each one warp's job with the same chunk loop, and block b
-// of nb (one per SM) takes the units [b U / nb, (b + 1) U / nb) of U = E NT, so every SM runs within one unit
-// of the same number of warps (19 or 20 on down). A block's warps span several n-tiles; an n-tile whose parts
-// fall in two blocks (at most two: a block has at least E units) is summed from the two blocks' partials by
-// the later one to arrive on its counter, left part first (deterministic; the counter resets itself).
+// ones at 16.5); at 9..16 rows the two-tile blocks are 160 on 132 SMs. Here the work is (n-tile, part of K)
+// units, E = Args::kparts parts per n-tile (8 on down: the same per-warp work as the one-tile blocks), each
+// one warp's job with the same chunk loop, and block b of nb (one per SM) takes the units [b U / nb, (b + 1)
+// U / nb) of U = E NT, so every SM runs within one unit of the same number of warps (19 or 20 on down). A
+// block's warps span several n-tiles; an n-tile whose parts fall in two blocks (at most two: a block has at
+// least E units) is summed from the two blocks' partials by the later one to arrive on its counter, left
+// part first (deterministic; the counter resets itself).
 //
-// Per chunk the work is quant_qmv.cuh's one-row path: weights straight to registers D chunks ahead (issued
-// before the programmatic-launch wait), B fragments of x staged in shared memory; INT4 (MSUM): A fragments
-// 128 + q, the group's x sum from the all-ones mma, (128 + z) times it subtracted and the scale applied at
-// the group's end; FP8: quant_mma.cuh's exact A fragment, the block's f32 scale applied at its end.
+// Per chunk the work is quant_qmv.cuh's: weights straight to registers D chunks ahead (issued before the
+// programmatic-launch wait); B fragments of x staged in shared memory (one row) or read from x (2..16 rows);
+// INT4: A fragments 128 + q, the group's x sums from an all-ones mma, (128 + z) times them subtracted and
+// the scale applied at the group's end; FP8: quant_mma.cuh's exact A fragment, the block's f32 scale applied
+// at its end.
 #pragma once
 
 #include "kernels/cuda/quant_qmv.cuh"
@@ -32,28 +33,37 @@ __host__ __device__ inline int qmv_bal_chunk(int e, int E, int KC) {
     return e >= E ? KC : (e * KC / E) & ~1;
 }
 // The parts of K per n-tile for nb blocks of at most max_warps warps, 0 where the weight does not take the
-// balanced form: one row, g128 groups (FP8: 128 x 128 blocks), an even number of chunks, at least one group
+// balanced form: g128 groups (FP8: 128 x 128 blocks), an even number of chunks, at least one group
 // per part and at least E units per block (an n-tile spans at most two blocks). The most parts (up to 8) that
 // fit.
 inline int qmv_bal_parts(const Args& a, bool fp8, int nb, int max_warps) {
-    if (a.M != 1 || a.gs != 128 || a.G <= 1 || (fp8 && a.bn <= 0) || a.KC % 2 != 0) return 0;
+    if (a.M < 1 || a.M > 16 || a.gs != 128 || a.G <= 1 || (fp8 && a.bn <= 0) || a.KC % 2 != 0) return 0;
     for (int E = 8; E >= 1; --E) {
         const int units = a.NT * E;
         if (a.KC / E >= 2 && units / nb >= E && (units + nb - 1) / nb <= max_warps) return E;
     }
     return 0;
 }
-// Workspace: partials [NT][2][16] f32 and counters [NT] (zeroed once; they reset themselves).
+// Workspace: partials [NT][2][M][16] f32 and counters [NT] (zeroed once; they reset themselves).
 
 // FP8: E4M3 weights, f32 scales [SN][SG] of 128 x 128 blocks. ASYM (INT4): zero points (else z = 8). SSZ:
 // bytes per scale (2: F16 / BF16 by a.sdt, 4: f32). D: chunks in flight per warp (even). MAXW: most warps per
-// block; BPS: blocks per SM the registers must allow. Dynamic shared memory: x, KC x 64 BF16.
-template <bool FP8, bool ASYM, int SSZ, int D, int MAXW, int BPS>
+// block; BPS: blocks per SM the registers must allow. NH: 0 one row, x staged in shared memory (dynamic: KC x
+// 64 BF16); 1 / 2: 2..8 / 9..16 rows, token r in column r % 8 of B operand r / 8, read straight from x (whole
+// chunks: ldx a multiple of 64) through L1, as quant_qmv.cuh's MULTI form.
+template <bool FP8, bool ASYM, int SSZ, int D, int MAXW, int BPS, int NH = 0>
 __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
     static_assert(D % 2 == 0, "g128: the flushes fall on odd slots");
-    constexpr int VEC = FP8 ? 2 : 1;  // uint4 per lane per chunk (quant_mma.cuh vec)
+    constexpr int VEC = FP8 ? 2 : 1;     // uint4 per lane per chunk (quant_mma.cuh vec)
+    constexpr int RT = NH ? 8 * NH : 1;  // token rows kept per warp for the block's sum
+    constexpr int NB = NH ? NH : 1;      // B operands of 8 tokens
+    constexpr int NC =
+        NH ? 4 * NH : 2;  // accumulators per lane (one row: C's columns are equal, keep c0 / c2)
+    // INT4, 9..16 rows: the k-tile's two B fragments are x's own A fragment (rows = the 16 tokens), so one
+    // mma with an all-ones B sums every token (quant_qmv.cuh XT); else one all-ones-A mma per B operand.
+    constexpr bool XT = !FP8 && NH == 2;
     extern __shared__ __align__(16) uint4 smem_u4[];
-    __shared__ float red[MAXW][16];
+    __shared__ float red[MAXW][RT][16];
     __shared__ int last_arrival[2];
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -95,29 +105,66 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");  // x comes from the previous kernel
 #endif
-    // x, all of it (a block's warps cover every part of K, E <= its units), zeros past ldx.
-    for (int p = static_cast<int>(threadIdx.x); p < KC * 8; p += static_cast<int>(blockDim.x)) {
-        const bool full = p * 8 < a.ldx;
-        cp_async16z(smem_u4 + p, a.x + (full ? static_cast<int64_t>(p) * 8 : 0), full);
+    // The lane's B words of chunk c for operand h: x channels 64 c + 16 t .. + 15 of token g + 8 h (one row:
+    // all of x staged first, zeros past ldx; a block's warps cover every part of K, E <= its units).
+    const uint4* xl[NB];
+    bool row_ok[NB];
+    if constexpr (NH == 0) {
+        for (int p = static_cast<int>(threadIdx.x); p < KC * 8; p += static_cast<int>(blockDim.x)) {
+            const bool full = p * 8 < a.ldx;
+            cp_async16z(smem_u4 + p, a.x + (full ? static_cast<int64_t>(p) * 8 : 0), full);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        xl[0] = smem_u4 + t * 2, row_ok[0] = true;
+    } else {
+#pragma unroll
+        for (int h = 0; h < NB; ++h) {
+            row_ok[h] = g + 8 * h < a.M;
+            xl[h] = reinterpret_cast<const uint4*>(a.x +
+                                                   static_cast<int64_t>(row_ok[h] ? g + 8 * h : 0) * a.ldx) +
+                    t * 2;
+        }
     }
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
 
-    const uint4* xl = smem_u4 + t * 2;       // lane t's B words of chunk c: x channels 64 c + 16 t .. + 15
     constexpr uint32_t kOnes = 0x3F803F80u;  // BF16x2 of 1.0
-    float cur[4], xs[4], acc0 = 0.0f, acc1 = 0.0f;
+    // cur: the group's sums (C fragments, 4 per B operand); xs[h][0 / 1]: the group's x sums of the lane's
+    // tokens 8 h + 2 t, + 1 (one row: [0][0]); xt: the XT mma's C fragment; acc: the scaled sums.
+    float cur[4 * NB], xs[NB][4], xt[4], acc[NC];
+#pragma unroll
+    for (int i = 0; i < NC; ++i) acc[i] = 0.0f;
     auto chunk = [&](int s, int c, bool first) {
-        const uint4 xu = xl[c * 8], xv = xl[c * 8 + 1];
-        const uint32_t b0[4] = {xu.x, xu.z, xv.x, xv.z}, b1[4] = {xu.y, xu.w, xv.y, xv.w};
-        if constexpr (!FP8) {
+        uint32_t b0[NB][4], b1[NB][4];
+#pragma unroll
+        for (int h = 0; h < NB; ++h) {
+            uint4 xu = make_uint4(0u, 0u, 0u, 0u), xv = xu;
+            if constexpr (NH == 0) {
+                xu = xl[0][c * 8], xv = xl[0][c * 8 + 1];
+            } else if (row_ok[h]) {
+                xu = __ldg(xl[h] + c * 8), xv = __ldg(xl[h] + c * 8 + 1);
+            }
+            b0[h][0] = xu.x, b1[h][0] = xu.y, b0[h][1] = xu.z, b1[h][1] = xu.w;
+            b0[h][2] = xv.x, b1[h][2] = xv.y, b0[h][3] = xv.z, b1[h][3] = xv.w;
+        }
+        if constexpr (XT) {
 #pragma unroll
             for (int kt = 0; kt < 4; ++kt) {
                 if (first && kt == 0)
-                    mma_bf16_first(xs, kOnes, kOnes, kOnes, kOnes, b0[kt], b1[kt]);
+                    mma_bf16_first(xt, b0[0][kt], b0[1][kt], b1[0][kt], b1[1][kt], kOnes, kOnes);
                 else
-                    mma_bf16(xs, kOnes, kOnes, kOnes, kOnes, b0[kt], b1[kt]);
+                    mma_bf16(xt, b0[0][kt], b0[1][kt], b1[0][kt], b1[1][kt], kOnes, kOnes);
             }
+        } else if constexpr (!FP8) {
+#pragma unroll
+            for (int h = 0; h < NB; ++h)
+#pragma unroll
+                for (int kt = 0; kt < 4; ++kt) {
+                    if (first && kt == 0)
+                        mma_bf16_first(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
+                    else
+                        mma_bf16(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
+                }
         }
 #pragma unroll
         for (int kt = 0; kt < 4; ++kt) {
@@ -126,23 +173,38 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
                 a_fragment<true>(wq[s], kt, 0u, 0u, a0, a1, a2, a3);
             else
                 a_fragment_int4_raw(wq[s][0], kt, a0, a1, a2, a3);
-            if (first && kt == 0)
-                mma_bf16_first(cur, a0, a1, a2, a3, b0[kt], b1[kt]);
-            else
-                mma_bf16(cur, a0, a1, a2, a3, b0[kt], b1[kt]);
+#pragma unroll
+            for (int h = 0; h < NB; ++h) {
+                if (first && kt == 0)
+                    mma_bf16_first(cur + 4 * h, a0, a1, a2, a3, b0[h][kt], b1[h][kt]);
+                else
+                    mma_bf16(cur + 4 * h, a0, a1, a2, a3, b0[h][kt], b1[h][kt]);
+            }
         }
     };
-    // The group's sums less (128 + z) times its x sum, times its scales (rows g / g + 8: cur[0] / cur[2]).
+    // The group's sums less (128 + z) times its x sums (INT4), times its scales: C entry i of operand h is
+    // row g (i < 2) or g + 8 of token 8 h + 2 t + (i & 1).
     auto flush = [&](int s) {
         const float sl = qmv_scale<SSZ>(slo[s], a.sdt), sh = qmv_scale<SSZ>(shi[s], a.sdt);
-        if constexpr (FP8) {
-            acc0 = fmaf(cur[0], sl, acc0), acc1 = fmaf(cur[2], sh, acc1);
+        float zl = 136.0f, zh = 136.0f;  // 128 + z, symmetric z = 8
+        if constexpr (ASYM)
+            zl = 128.0f + static_cast<float>(zr[s] & 0xFFu), zh = 128.0f + static_cast<float>(zr[s] >> 8);
+        if constexpr (XT) {  // token r's sum sits in lane 4 (r % 8), entry 2 (r / 8)
+            const int l0 = 8 * t, l1 = 8 * t + 4;
+            xs[0][0] = __shfl_sync(0xFFFFFFFFu, xt[0], l0), xs[0][1] = __shfl_sync(0xFFFFFFFFu, xt[0], l1);
+            xs[1][0] = __shfl_sync(0xFFFFFFFFu, xt[2], l0), xs[1][1] = __shfl_sync(0xFFFFFFFFu, xt[2], l1);
+        }
+        if constexpr (NH == 0) {
+            float vl = cur[0], vh = cur[2];
+            if constexpr (!FP8) vl = fmaf(-zl, xs[0][0], vl), vh = fmaf(-zh, xs[0][0], vh);
+            acc[0] = fmaf(vl, sl, acc[0]), acc[1] = fmaf(vh, sh, acc[1]);
         } else {
-            float zl = 136.0f, zh = 136.0f;
-            if constexpr (ASYM)
-                zl = 128.0f + static_cast<float>(zr[s] & 0xFFu), zh = 128.0f + static_cast<float>(zr[s] >> 8);
-            acc0 = fmaf(fmaf(-zl, xs[0], cur[0]), sl, acc0);
-            acc1 = fmaf(fmaf(-zh, xs[0], cur[2]), sh, acc1);
+#pragma unroll
+            for (int i = 0; i < NC; ++i) {
+                float v = cur[i];
+                if constexpr (!FP8) v = fmaf(-((i & 2) ? zh : zl), xs[i >> 2][i & 1], v);
+                acc[i] = fmaf(v, (i & 2) ? sh : sl, acc[i]);
+            }
         }
     };
     for (int cb = c0; cb < c1; cb += D) {
@@ -158,32 +220,46 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
-    if (active && t == 0) red[warp][g] = acc0, red[warp][g + 8] = acc1;
-    __syncthreads();
-    // The block's n-tiles ft..lt; the first and last may be split with the neighbouring blocks.
-    const int ft = u0 / E, lt = (u1 - 1) / E;
-    const int i = static_cast<int>(threadIdx.x), T = ft + (i >> 4), r = i & 15;
-    const bool mine = T <= lt;
-    float sum = 0.0f;
-    bool split = false;
-    int side = 0;
-    if (mine) {
-        const int w0 = max(T * E, u0) - u0, w1 = min(T * E + E, u1) - u0;
-        for (int w = w0; w < w1; ++w) sum += red[w][r];
-        split = T * E < u0 || T * E + E > u1;
-        side = T * E < u0 ? 1 : 0;  // the block holding the n-tile's later parts is the right one
-        if (!split) {
-            if (T * 16 + r < a.N) store_y(a, 0, T * 16 + r, sum);
+    if (active) {
+        if constexpr (NH == 0) {
+            if (t == 0) red[warp][0][g] = acc[0], red[warp][0][g + 8] = acc[1];
         } else {
-            a.partials[(T * 2 + side) * 16 + r] = sum;
-            __threadfence();
+#pragma unroll
+            for (int i = 0; i < NC; ++i) {
+                const int tok = 8 * (i >> 2) + 2 * t + (i & 1);
+                if (tok < a.M) red[warp][tok][g + ((i >> 1) & 1) * 8] = acc[i];
+            }
         }
     }
     __syncthreads();
+    // The block's n-tiles ft..lt, each [M][16] outputs summed over its warps in warp order; the first and
+    // last may be split with the neighbouring blocks: partials [NT][2][M][16], the right part (later parts of
+    // K) at 1.
+    const int ft = u0 / E, lt = (u1 - 1) / E, M = NH ? a.M : 1, per_tile = M * 16;
+    auto is_split = [&](int T) { return T * E < u0 || T * E + E > u1; };
+    auto tile_sum = [&](int T, int tok, int r) {
+        const int w0 = max(T * E, u0) - u0, w1 = min(T * E + E, u1) - u0;
+        float sum = 0.0f;
+        for (int w = w0; w < w1; ++w) sum += red[w][tok][r];
+        return sum;
+    };
+    bool any_split = false;
+    for (int i = static_cast<int>(threadIdx.x); i < (lt - ft + 1) * per_tile;
+         i += static_cast<int>(blockDim.x)) {
+        const int T = ft + i / per_tile, tok = (i % per_tile) >> 4, r = i & 15;
+        const float sum = tile_sum(T, tok, r);
+        if (!is_split(T)) {
+            if (T * 16 + r < a.N) store_y(a, tok, T * 16 + r, sum);
+        } else {
+            a.partials[((T * 2 + (T * E < u0 ? 1 : 0)) * M + tok) * 16 + r] = sum;
+            any_split = true;
+        }
+    }
+    if (any_split) __threadfence();
+    __syncthreads();
     if (threadIdx.x < 2) {  // thread 0: the first n-tile, 1: the last (if split and distinct)
         const int Ts = threadIdx.x == 0 ? ft : lt;
-        const bool sp =
-            threadIdx.x == 0 ? ft * E < u0 || (ft == lt && ft * E + E > u1) : lt != ft && lt * E + E > u1;
+        const bool sp = threadIdx.x == 0 ? is_split(ft) : lt != ft && is_split(lt);
         int v = 0;
         if (sp) {
             v = atomicAdd(a.counters + Ts, 1);
@@ -192,10 +268,16 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
         last_arrival[threadIdx.x] = sp && v == 1;
     }
     __syncthreads();
-    if (mine && split && last_arrival[T == ft ? 0 : 1]) {
-        const float other = __ldcg(a.partials + (T * 2 + (side ^ 1)) * 16 + r);
-        const float v = side == 0 ? sum + other : other + sum;
-        if (T * 16 + r < a.N) store_y(a, 0, T * 16 + r, v);
+    for (int k = 0; k < 2; ++k) {
+        const int T = k == 0 ? ft : lt;
+        if (!last_arrival[k] || (k == 1 && lt == ft)) continue;
+        const int side = T * E < u0 ? 1 : 0;
+        for (int i = static_cast<int>(threadIdx.x); i < per_tile; i += static_cast<int>(blockDim.x)) {
+            const int tok = i >> 4, r = i & 15;
+            const float mine = tile_sum(T, tok, r);
+            const float other = __ldcg(a.partials + ((T * 2 + (side ^ 1)) * M + tok) * 16 + r);
+            if (T * 16 + r < a.N) store_y(a, tok, T * 16 + r, side == 0 ? mine + other : other + mine);
+        }
     }
 }
 
