@@ -149,6 +149,43 @@ __device__ __forceinline__ void qmv_trace(const Args& a, int i) {
         }
     }
 }
+// x's sums over one chunk's four k-tiles (the zero point's term), as C fragments; `first`: the chunk opens a
+// scale group, so its first mma starts the sums. XT (9..16 rows, NH = 2): the k-tile's two B fragments are,
+// register for register, x's own A fragment (rows = the 16 tokens), so one mma against an all-ones B sums every
+// token, into xt (token r in lane 4 (r % 8), entry 2 (r / 8)); else one all-ones-A mma per B operand, into xs[h]
+// (entries 0 / 1: the lane's tokens 8 h + 2 t, + 1).
+template <bool XT, int NH>
+__device__ __forceinline__ void qmv_chunk_xsums(const uint32_t (&b0)[NH][4], const uint32_t (&b1)[NH][4], bool first,
+                                                float (&xt)[4], float (&xs)[NH][4]) {
+    constexpr uint32_t kOnes = 0x3F803F80u;  // BF16x2 of 1.0
+    if constexpr (XT) {
+        static_assert(NH == 2, "x as A holds 16 tokens");
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) {
+            if (first && kt == 0)
+                mma_bf16_first(xt, b0[0][kt], b0[1][kt], b1[0][kt], b1[1][kt], kOnes, kOnes);
+            else
+                mma_bf16(xt, b0[0][kt], b0[1][kt], b1[0][kt], b1[1][kt], kOnes, kOnes);
+        }
+    } else {
+#pragma unroll
+        for (int h = 0; h < NH; ++h)
+#pragma unroll
+            for (int kt = 0; kt < 4; ++kt) {
+                if (first && kt == 0)
+                    mma_bf16_first(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
+                else
+                    mma_bf16(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
+            }
+    }
+}
+// XT's sums moved to the main mma's C layout: xs[h][0 / 1] = tokens 8 h + 2 t, + 1 (four shuffles).
+__device__ __forceinline__ void qmv_xt_sums(const float (&xt)[4], int t, float (&xs)[2][4]) {
+    const int l0 = 8 * t, l1 = 8 * t + 4;
+    xs[0][0] = __shfl_sync(0xFFFFFFFFu, xt[0], l0), xs[0][1] = __shfl_sync(0xFFFFFFFFu, xt[0], l1);
+    xs[1][0] = __shfl_sync(0xFFFFFFFFu, xt[2], l0), xs[1][1] = __shfl_sync(0xFFFFFFFFu, xt[2], l1);
+}
+
 template <bool FP8,
           bool ASYM,
           int SSZ,
@@ -532,27 +569,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 b0[h][2] = v.x, b1[h][2] = v.y, b0[h][3] = v.z, b1[h][3] = v.w;
             }
         }
-        if constexpr (XT) {
-            constexpr uint32_t kOnes = 0x3F803F80u;  // BF16x2 of 1.0
-#pragma unroll
-            for (int kt = 0; kt < 4; ++kt) {
-                if (first && kt == 0)
-                    mma_bf16_first(xt, b0[0][kt], b0[1][kt], b1[0][kt], b1[1][kt], kOnes, kOnes);
-                else
-                    mma_bf16(xt, b0[0][kt], b0[1][kt], b1[0][kt], b1[1][kt], kOnes, kOnes);
-            }
-        } else if constexpr (MSUM) {  // the tokens' sums of x over this chunk, into the group's
-            constexpr uint32_t kOnes = 0x3F803F80u;  // BF16x2 of 1.0
-#pragma unroll
-            for (int h = 0; h < NH; ++h)
-#pragma unroll
-                for (int kt = 0; kt < 4; ++kt) {
-                    if (first && kt == 0)
-                        mma_bf16_first(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
-                    else
-                        mma_bf16(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
-                }
-        }
+        if constexpr (MSUM) qmv_chunk_xsums<XT>(b0, b1, first, xt, xs);  // the tokens' sums of x over this chunk
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
             uint32_t zx = 0x43084308u, zy = 0x43084308u;  // BF16x2 of 128 + z (symmetric: z = 8)
@@ -592,10 +609,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // clear cur for the next group.
     // ZF: each sum less (128 + z) times the group's x sum first.
     auto flush = [&](int s, bool zero) {
-        if constexpr (XT) {  // token r's sum sits in lane 4 (r % 8), entry 2 (r / 8)
-            const int l0 = 8 * t, l1 = 8 * t + 4;
-            xs[0][0] = __shfl_sync(0xFFFFFFFFu, xt[0], l0), xs[0][1] = __shfl_sync(0xFFFFFFFFu, xt[0], l1);
-            xs[1][0] = __shfl_sync(0xFFFFFFFFu, xt[2], l0), xs[1][1] = __shfl_sync(0xFFFFFFFFu, xt[2], l1);
+        if constexpr (XT) {
+            qmv_xt_sums(xt, t, xs);
             if (zero) xt[0] = xt[1] = xt[2] = xt[3] = 0.0f;
         }
 #pragma unroll

@@ -128,7 +128,6 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
         }
     }
 
-    constexpr uint32_t kOnes = 0x3F803F80u;  // BF16x2 of 1.0
     // cur: the group's sums (C fragments, 4 per B operand); xs[h][0 / 1]: the group's x sums of the lane's
     // tokens 8 h + 2 t, + 1 (one row: [0][0]); xt: the XT mma's C fragment; acc: the scaled sums.
     float cur[4 * NB], xs[NB][4], xt[4], acc[NC];
@@ -147,25 +146,7 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
             b0[h][0] = xu.x, b1[h][0] = xu.y, b0[h][1] = xu.z, b1[h][1] = xu.w;
             b0[h][2] = xv.x, b1[h][2] = xv.y, b0[h][3] = xv.z, b1[h][3] = xv.w;
         }
-        if constexpr (XT) {
-#pragma unroll
-            for (int kt = 0; kt < 4; ++kt) {
-                if (first && kt == 0)
-                    mma_bf16_first(xt, b0[0][kt], b0[1][kt], b1[0][kt], b1[1][kt], kOnes, kOnes);
-                else
-                    mma_bf16(xt, b0[0][kt], b0[1][kt], b1[0][kt], b1[1][kt], kOnes, kOnes);
-            }
-        } else if constexpr (!FP8) {
-#pragma unroll
-            for (int h = 0; h < NB; ++h)
-#pragma unroll
-                for (int kt = 0; kt < 4; ++kt) {
-                    if (first && kt == 0)
-                        mma_bf16_first(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
-                    else
-                        mma_bf16(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
-                }
-        }
+        if constexpr (!FP8) qmv_chunk_xsums<XT>(b0, b1, first, xt, xs);
 #pragma unroll
         for (int kt = 0; kt < 4; ++kt) {
             uint32_t a0, a1, a2, a3;
@@ -189,11 +170,7 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
         float zl = 136.0f, zh = 136.0f;  // 128 + z, symmetric z = 8
         if constexpr (ASYM)
             zl = 128.0f + static_cast<float>(zr[s] & 0xFFu), zh = 128.0f + static_cast<float>(zr[s] >> 8);
-        if constexpr (XT) {  // token r's sum sits in lane 4 (r % 8), entry 2 (r / 8)
-            const int l0 = 8 * t, l1 = 8 * t + 4;
-            xs[0][0] = __shfl_sync(0xFFFFFFFFu, xt[0], l0), xs[0][1] = __shfl_sync(0xFFFFFFFFu, xt[0], l1);
-            xs[1][0] = __shfl_sync(0xFFFFFFFFu, xt[2], l0), xs[1][1] = __shfl_sync(0xFFFFFFFFu, xt[2], l1);
-        }
+        if constexpr (XT) qmv_xt_sums(xt, t, xs);
         if constexpr (NH == 0) {
             float vl = cur[0], vh = cur[2];
             if constexpr (!FP8) vl = fmaf(-zl, xs[0][0], vl), vh = fmaf(-zh, xs[0][0], vh);
