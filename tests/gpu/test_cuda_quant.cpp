@@ -458,6 +458,65 @@ TEST(CudaQmmStreamK, AnyGridSizeGivesTheSameResult) {
         cudaFree(const_cast<void*>(ptr));
 }
 
+// A weight's packed device copy and a qmm workspace for direct cuda::qmm_* calls, freed with the object.
+struct DirectQmm {
+    cuda::Int4Dev d4;
+    cuda::Fp8Dev d8;
+    cuda::QmmWorkspace ws;
+    std::vector<void*> owned;
+    DirectQmm() = default;
+    DirectQmm(const DirectQmm&) = delete;
+    DirectQmm& operator=(const DirectQmm&) = delete;
+    ~DirectQmm() {
+        for (void* p : owned) cudaFree(p);
+    }
+    void* up(const void* src, size_t bytes) {
+        void* d = nullptr;
+        EXPECT_EQ(cudaMalloc(&d, bytes), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+        owned.push_back(d);
+        return d;
+    }
+    void workspace(int64_t N, int64_t K) {
+        size_t pb = 0;
+        int nc = 0;
+        cuda::qmm_workspace_need(N, K, &pb, &nc);
+        ws.partials = static_cast<float*>(up(std::vector<uint8_t>(pb).data(), pb)), ws.partial_bytes = pb;
+        ws.counters = static_cast<int*>(up(std::vector<int>(static_cast<size_t>(nc)).data(), static_cast<size_t>(nc) * 4));
+        ws.n_counters = nc;
+    }
+    void int4(const Int4Host& h) {
+        const PackedInt4 p = repack_int4(h);
+        d4.N = p.N, d4.K = p.K, d4.G = p.G, d4.group_size = p.group_size, d4.NT = p.NT, d4.KC = p.KC;
+        d4.scale_dtype = p.scale_type == ScaleType::F16    ? DType::F16
+                         : p.scale_type == ScaleType::BF16 ? DType::BF16
+                                                           : DType::F32;
+        d4.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
+        d4.scales = up(p.scales.data(), p.scales.size());
+        d4.zeros = p.zeros.empty() ? nullptr : static_cast<const uint8_t*>(up(p.zeros.data(), p.zeros.size()));
+        d4.perm = p.perm.empty() ? nullptr : static_cast<const int32_t*>(up(p.perm.data(), p.perm.size() * 4));
+        workspace(h.N, h.K);
+    }
+    void fp8(const Fp8Host& h) {
+        const PackedFp8 p = repack_fp8(h);
+        d8.N = p.N, d8.K = p.K, d8.NT = p.NT, d8.KC = p.KC, d8.bn = p.bn, d8.bk = p.bk, d8.SN = p.SN, d8.SG = p.SG;
+        d8.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
+        d8.scales = static_cast<const float*>(up(p.scales.data(), p.scales.size() * 4));
+        workspace(h.N, h.K);
+    }
+    // x [M, K] BF16 on the device (the values xv, already BF16-exact).
+    Tensor x_bf16(const std::vector<float>& xv, int64_t M, int64_t K) {
+        std::vector<uint16_t> xb(xv.size());
+        for (size_t i = 0; i < xv.size(); ++i) xb[i] = f32_to_bf16(xv[i]);
+        return Tensor(up(xb.data(), xb.size() * 2), DType::BF16, Device::CUDA, {M, K});
+    }
+    bool counters_zero() const {
+        std::vector<int> c(static_cast<size_t>(ws.n_counters));
+        EXPECT_EQ(cudaMemcpy(c.data(), ws.counters, c.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        return std::count(c.begin(), c.end(), 0) == ws.n_counters;
+    }
+};
+
 // The balanced kernel (quant_qmv_bal.cuh), forced (cuda::kQmmBalanced) at 1, 4 and 16 rows (x staged / read
 // from memory, one or two B operands): n-tiles split between two grid blocks are summed by the later arrival,
 // left part first, so the result must match fp64 and repeat bit for bit over back-to-back launches (the arrival
@@ -466,12 +525,6 @@ TEST(CudaQmmStreamK, AnyGridSizeGivesTheSameResult) {
 TEST(CudaQmvBalanced, MatchesOracleAndRepeats) {
     GRIMOIRE_REQUIRE_GPU();
     std::mt19937 rng(fresh_seed());
-    auto up = [](const void* src, size_t bytes) {
-        void* d = nullptr;
-        EXPECT_EQ(cudaMalloc(&d, bytes), cudaSuccess);
-        EXPECT_EQ(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-        return d;
-    };
     struct Case {
         int64_t N, K;
         bool fp8, act, sym;
@@ -482,40 +535,17 @@ TEST(CudaQmvBalanced, MatchesOracleAndRepeats) {
                          Case{3001, 1024, false, false, false, 0}, Case{2600, 3072, true, false, false, 0},
                          Case{5120, 1024, true, false, false, 0}}) {
         std::vector<float> w(static_cast<size_t>(c.N * c.K));
-        cuda::Int4Dev d4;
-        cuda::Fp8Dev d8;
-        std::vector<const void*> owned;
+        DirectQmm q;
         if (c.fp8) {
             const Fp8Host h = random_fp8(c.N, c.K, true, rng);
             cpu::dequant_fp8_rows({h.w.data(), h.scales.data(), h.N, h.K, h.bn, h.bk}, 0, h.N, w.data());
-            const PackedFp8 p = repack_fp8(h);
-            d8.N = p.N, d8.K = p.K, d8.NT = p.NT, d8.KC = p.KC, d8.bn = p.bn, d8.bk = p.bk, d8.SN = p.SN, d8.SG = p.SG;
-            d8.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
-            d8.scales = static_cast<const float*>(up(p.scales.data(), p.scales.size() * 4));
-            owned = {d8.words, d8.scales};
+            q.fp8(h);
         } else {
             const Int4Host h = random_int4(c.N, c.K, 128, c.act, c.sym, c.scale_kind, rng);
             cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N,
                                    w.data());
-            const PackedInt4 p = repack_int4(h);
-            d4.N = p.N, d4.K = p.K, d4.G = p.G, d4.group_size = p.group_size, d4.NT = p.NT, d4.KC = p.KC;
-            d4.scale_dtype = p.scale_type == ScaleType::F16    ? DType::F16
-                             : p.scale_type == ScaleType::BF16 ? DType::BF16
-                                                               : DType::F32;
-            d4.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
-            d4.scales = up(p.scales.data(), p.scales.size());
-            d4.zeros = p.zeros.empty() ? nullptr : static_cast<const uint8_t*>(up(p.zeros.data(), p.zeros.size()));
-            d4.perm = p.perm.empty() ? nullptr : static_cast<const int32_t*>(up(p.perm.data(), p.perm.size() * 4));
-            owned = {d4.words, d4.scales, d4.zeros, d4.perm};
+            q.int4(h);
         }
-        size_t pb = 0;
-        int nc = 0;
-        cuda::qmm_workspace_need(c.N, c.K, &pb, &nc);
-        cuda::QmmWorkspace ws;
-        ws.partials = static_cast<float*>(up(std::vector<uint8_t>(pb).data(), pb)), ws.partial_bytes = pb;
-        ws.counters = static_cast<int*>(up(std::vector<int>(static_cast<size_t>(nc)).data(), static_cast<size_t>(nc) * 4));
-        ws.n_counters = nc;
-        owned.insert(owned.end(), {ws.partials, ws.counters});
         for (int64_t M : {1, 4, 16}) {
             const std::string what = std::string(c.fp8 ? "fp8 " : "int4 ") + std::to_string(c.N) + "x" +
                                      std::to_string(c.K) + " M " + std::to_string(M);
@@ -525,21 +555,18 @@ TEST(CudaQmvBalanced, MatchesOracleAndRepeats) {
             }
             ++ran;
             const std::vector<float> xv = test::rand_bf16(static_cast<size_t>(M * c.K), rng());
-            std::vector<uint16_t> xb(xv.size());
-            for (size_t i = 0; i < xv.size(); ++i) xb[i] = f32_to_bf16(xv[i]);
-            Tensor x(up(xb.data(), xb.size() * 2), DType::BF16, Device::CUDA, {M, c.K});
-            Tensor y(nullptr, DType::F32, Device::CUDA, {M, c.N});
+            Tensor x = q.x_bf16(xv, M, c.K);
             const size_t ny = static_cast<size_t>(M * c.N);
-            y.data = up(std::vector<float>(ny, NAN).data(), ny * 4);
+            Tensor y(q.up(std::vector<float>(ny, NAN).data(), ny * 4), DType::F32, Device::CUDA, {M, c.N});
             std::vector<double> want, mag;
             test::host_matmul(xv, w, M, c.N, c.K, want, mag);
             std::vector<uint32_t> first;
             for (int rep = 0; rep < 6; ++rep) {
                 ASSERT_EQ(cudaMemset(y.data, 0xff, ny * 4), cudaSuccess);  // NaN poison
                 if (c.fp8)
-                    cuda::qmm_fp8(d8, x, y, ws, nullptr, cuda::kQmmBalanced);
+                    cuda::qmm_fp8(q.d8, x, y, q.ws, nullptr, cuda::kQmmBalanced);
                 else
-                    cuda::qmm_int4(d4, x, y, ws, nullptr, cuda::kQmmBalanced);
+                    cuda::qmm_int4(q.d4, x, y, q.ws, nullptr, cuda::kQmmBalanced);
                 std::vector<float> got(ny);
                 ASSERT_EQ(cudaMemcpy(got.data(), y.data, ny * 4, cudaMemcpyDeviceToHost), cudaSuccess);
                 size_t bad = 0;
@@ -552,14 +579,63 @@ TEST(CudaQmvBalanced, MatchesOracleAndRepeats) {
                 else
                     EXPECT_EQ(bits, first) << what << " launch " << rep;
             }
-            std::vector<int> counters(static_cast<size_t>(nc));
-            ASSERT_EQ(cudaMemcpy(counters.data(), ws.counters, counters.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-            EXPECT_EQ(std::count(counters.begin(), counters.end(), 0), nc) << what << ": arrival counters left non-zero";
-            cudaFree(x.data);
-            cudaFree(y.data);
+            EXPECT_TRUE(q.counters_zero()) << what << ": arrival counters left non-zero";
         }
-        for (const void* ptr : owned)
-            if (ptr) cudaFree(const_cast<void*>(ptr));
+    }
+    if (ran == 0) GTEST_SKIP() << "no case takes the balanced kernel on this device";
+}
+
+// The same with a stacked [gate; up] INT4 weight into h = silu(g) * u (QmmParts::glu): a unit is a gate / up
+// n-tile pair, so h is formed after the split pairs' partials are added. Against fp64 g and u: with |dg| <=
+// 2e-5 mag_g and |du| <= 2e-5 mag_u (the one-pass tolerance above) and silu' <= 1.1, |dh| < 1e-4 (|g| + mag_g)
+// (|u| + mag_u).
+TEST(CudaQmvBalanced, GluMatchesOracle) {
+    GRIMOIRE_REQUIRE_GPU();
+    std::mt19937 rng(fresh_seed());
+    int ran = 0;
+    for (const auto& [N, K, act, sym] : {std::tuple<int64_t, int64_t, bool, bool>{5440, 2048, false, true},
+                                          std::tuple<int64_t, int64_t, bool, bool>{8320, 1024, true, false}}) {
+        const int64_t I = N / 2;
+        const Int4Host h = random_int4(N, K, 128, act, sym, 0, rng);
+        std::vector<float> w(static_cast<size_t>(N * K));
+        cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N,
+                               w.data());
+        DirectQmm q;
+        q.int4(h);
+        for (int64_t M : {1, 4, 16}) {
+            const std::string what = "int4 glu " + std::to_string(N) + "x" + std::to_string(K) + " M " + std::to_string(M);
+            ASSERT_TRUE(cuda::qmm_glu_ok(false, !sym, M, N, K, 128, (K + 127) / 128)) << what;
+            if (cuda::qmm_balanced_parts(false, M, N, K, 128, (K + 127) / 128, true) == 0) {
+                std::printf("%s: not the balanced kernel's on this device's SM count, skipped\n", what.c_str());
+                continue;
+            }
+            ++ran;
+            const std::vector<float> xv = test::rand_bf16(static_cast<size_t>(M * K), rng());
+            Tensor x = q.x_bf16(xv, M, K);
+            const size_t nh = static_cast<size_t>(M * I);
+            void* hd = q.up(std::vector<float>(nh, NAN).data(), nh * 4);
+            Tensor y(nullptr, DType::F32, Device::CUDA, {M, N});  // shape and dtype only
+            cuda::QmmParts parts;
+            parts.n = 1, parts.col[0] = 0, parts.col[1] = static_cast<int>(N), parts.data[0] = hd, parts.glu = 1;
+            std::vector<double> want, mag;
+            test::host_matmul(xv, w, M, N, K, want, mag);
+            for (int rep = 0; rep < 3; ++rep) {
+                ASSERT_EQ(cudaMemset(hd, 0xff, nh * 4), cudaSuccess);
+                cuda::qmm_int4(q.d4, x, y, q.ws, nullptr, cuda::kQmmBalanced, &parts);
+                std::vector<float> got(nh);
+                ASSERT_EQ(cudaMemcpy(got.data(), hd, nh * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+                size_t bad = 0;
+                for (int64_t m = 0; m < M; ++m)
+                    for (int64_t i = 0; i < I; ++i) {
+                        const size_t gi = static_cast<size_t>(m * N + i), ui = gi + static_cast<size_t>(I);
+                        const double gv = want[gi], uv = want[ui], ref = gv / (1.0 + std::exp(-gv)) * uv;
+                        const double tol = 1e-4 * (std::fabs(gv) + mag[gi]) * (std::fabs(uv) + mag[ui]) + 1e-12;
+                        bad += !(std::fabs(got[static_cast<size_t>(m * I + i)] - ref) <= tol);
+                    }
+                EXPECT_EQ(bad, 0u) << what << " launch " << rep;
+            }
+            EXPECT_TRUE(q.counters_zero()) << what << ": arrival counters left non-zero";
+        }
     }
     if (ran == 0) GTEST_SKIP() << "no case takes the balanced kernel on this device";
 }

@@ -230,30 +230,34 @@ int bal_max_warps(int M) {
     return M == 1 ? 24 : 20;
 }
 template <class Kernel>
-void launch_bal_kernel(Kernel kernel, qmm::Args& a, int nb, size_t smem, cudaStream_t s) {
+void launch_bal_kernel(Kernel kernel, qmm::Args& a, int units, int nb, size_t smem, cudaStream_t s) {
     static const bool attr_set = [&] {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(qmm::kQmvMaxSmem));
         return true;
     }();
     (void)attr_set;
-    const int warps = (a.NT * a.kparts + nb - 1) / nb;
+    const int warps = (units + nb - 1) / nb;
     launch_ex(kernel, a, nb, 32 * warps, smem, device_is_hopper(), s);
 }
-template <bool FP8, bool ASYM, int SSZ>
+// GLU: a stacked [gate; up] weight into h = silu(g) * u (QmmParts::glu), two n-tiles per warp at half the
+// depth (the two-tile blocks' registers).
+template <bool FP8, bool ASYM, int SSZ, bool GLU = false>
 bool launch_qmv_bal(qmm::Args& a, cudaStream_t s) {
     const int nb = qmm::device_sms();
     // 2..16 rows with conv parts: the other kernels' blocks run each column's tokens in order (qmm_conv_ok).
     const bool want = (qmv_bal_on() || a.kparts < 0) && !(a.M > 1 && a.parts.conv);
-    a.kparts = want ? qmm::qmv_bal_parts(a, FP8, nb, bal_max_warps(a.M)) : 0;
+    a.kparts = want ? qmm::qmv_bal_parts(a, FP8, nb, bal_max_warps(a.M), GLU) : 0;
     if (a.kparts == 0) return false;
-    constexpr int D = FP8 ? 2 : 4;  // chunks in flight per warp: the one-tile blocks' depth
+    constexpr int D = FP8 || GLU ? 2 : 4;  // chunks in flight per warp: the one- / two-tile blocks' depth
+    const int units = (GLU ? a.NT / 2 : a.NT) * a.kparts;
     if (a.M == 1)
-        launch_bal_kernel(qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, 24, 1, 0>, a, nb, static_cast<size_t>(a.KC) * 128, s);
+        launch_bal_kernel(qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, 24, 1, 0, GLU>, a, units, nb,
+                          static_cast<size_t>(a.KC) * 128, s);
     else if (a.M <= 8)
-        launch_bal_kernel(qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, 20, 1, 1>, a, nb, 0, s);
+        launch_bal_kernel(qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, 20, 1, 1, GLU>, a, units, nb, 0, s);
     else
-        launch_bal_kernel(qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, 20, 1, 2>, a, nb, 0, s);
+        launch_bal_kernel(qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, 20, 1, 2, GLU>, a, units, nb, 0, s);
     return true;
 }
 
@@ -345,6 +349,7 @@ bool qmv_route(const qmm::Args& a, bool fp8, bool asym, int forced_blocks) {
 // nearest two-tile form. Not offered for FP8 above 8 rows (its only 9..16-row form has one-tile blocks).
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_glu(qmm::Args& a, cudaStream_t s) {
+    if (launch_qmv_bal<FP8, ASYM, SSZ, true>(a, s)) return;
     const bool two = a.NT >= 4 * qmm::device_sms(), wide = a.NT >= 8 * qmm::device_sms();
     if constexpr (!FP8) {
         if (a.M == 1 && wide && a.ldx % 64 == 0) return launch_qmv_row<ASYM, SSZ, 2, 2, 4>(a, s);
@@ -552,14 +557,14 @@ bool qmm_prepare(const char* op,
     return true;
 }
 
-int qmm_balanced_parts(bool fp8, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G) {
+int qmm_balanced_parts(bool fp8, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G, bool glu) {
     if (M < 1 || M > kQmmMaxM || N <= 0 || K <= 0 || N > (1 << 30) || K > (1 << 30)) return 0;
     qmm::Args a{};
     a.M = static_cast<int>(M), a.N = static_cast<int>(N), a.K = static_cast<int>(K);
     a.NT = static_cast<int>((N + 15) / 16), a.KC = static_cast<int>((K + 63) / 64);
     a.G = static_cast<int>(G < 1 ? 1 : G), a.gs = static_cast<int>(G <= 1 ? K : group_size);
     a.bn = fp8 ? 1 : 0;  // any block height: the kernel takes every row's own scale
-    return qmm::qmv_bal_parts(a, fp8, qmm::device_sms(), bal_max_warps(a.M));
+    return qmm::qmv_bal_parts(a, fp8, qmm::device_sms(), bal_max_warps(a.M), glu);
 }
 
 int qmm_dtype_code(DType t) {

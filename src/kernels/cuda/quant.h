@@ -90,7 +90,8 @@ constexpr int kQmmBalanced = -1;
 // The parts of K per n-tile the balanced kernel (quant_qmv_bal.cuh) gives M rows of an [N, K] weight with these
 // scale groups on this device, 0 where it does not take it. qmm_* launch it where this is non-zero (and, at 2..16
 // rows, no conv parts) with GRIMOIRE_QMV_BAL=1 (opt-in until it is measured on the card), or with kQmmBalanced.
-int qmm_balanced_parts(bool fp8, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G);
+// glu: a stacked [gate; up] weight with QmmParts::glu (the units are gate / up n-tile pairs).
+int qmm_balanced_parts(bool fp8, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G, bool glu = false);
 void qmm_int4(const Int4Dev& w,
               const Tensor& x,
               Tensor& y,

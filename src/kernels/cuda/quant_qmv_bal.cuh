@@ -36,22 +36,27 @@ __host__ __device__ inline int qmv_bal_chunk(int e, int E, int KC) {
 // balanced form: g128 groups (FP8: 128 x 128 blocks), an even number of chunks, at least one group
 // per part and at least E units per block (an n-tile spans at most two blocks). The most parts (up to 8) that
 // fit.
-inline int qmv_bal_parts(const Args& a, bool fp8, int nb, int max_warps) {
+inline int qmv_bal_parts(const Args& a, bool fp8, int nb, int max_warps, bool glu = false) {
     if (a.M < 1 || a.M > 16 || a.gs != 128 || a.G <= 1 || (fp8 && a.bn <= 0) || a.KC % 2 != 0) return 0;
+    if (glu && a.NT % 2 != 0) return 0;
     for (int E = 8; E >= 1; --E) {
-        const int units = a.NT * E;
+        const int units = (glu ? a.NT / 2 : a.NT) * E;
         if (a.KC / E >= 2 && units / nb >= E && (units + nb - 1) / nb <= max_warps) return E;
     }
     return 0;
 }
-// Workspace: partials [NT][2][M][16] f32 and counters [NT] (zeroed once; they reset themselves).
+// Workspace: partials [NT][2][M][16] f32 (GLU: [NT / 2][2][M][32]) and counters [NT] (zeroed once; they reset
+// themselves).
 
 // FP8: E4M3 weights, f32 scales [SN][SG] of 128 x 128 blocks. ASYM (INT4): zero points (else z = 8). SSZ:
 // bytes per scale (2: F16 / BF16 by a.sdt, 4: f32). D: chunks in flight per warp (even). MAXW: most warps per
 // block; BPS: blocks per SM the registers must allow. NH: 0 one row, x staged in shared memory (dynamic: KC x
 // 64 BF16); 1 / 2: 2..8 / 9..16 rows, token r in column r % 8 of B operand r / 8, read straight from x (whole
-// chunks: ldx a multiple of 64) through L1, as quant_qmv.cuh's MULTI form.
-template <bool FP8, bool ASYM, int SSZ, int D, int MAXW, int BPS, int NH = 0>
+// chunks: ldx a multiple of 64) through L1, as quant_qmv.cuh's MULTI form. GLU: a stacked [gate; up] weight
+// whose output is h = silu(g) * u (quant.h QmmParts::glu): a unit is the pair (gate n-tile p, up n-tile p +
+// NT / 2) over its part of K, so a warp carries two n-tiles and the block's sums hold both halves of h's 16
+// columns.
+template <bool FP8, bool ASYM, int SSZ, int D, int MAXW, int BPS, int NH = 0, bool GLU = false>
 __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
     static_assert(D % 2 == 0, "g128: the flushes fall on odd slots");
     constexpr int VEC = FP8 ? 2 : 1;     // uint4 per lane per chunk (quant_mma.cuh vec)
@@ -62,12 +67,14 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
     // INT4, 9..16 rows: the k-tile's two B fragments are x's own A fragment (rows = the 16 tokens), so one
     // mma with an all-ones B sums every token (quant_qmv.cuh XT); else one all-ones-A mma per B operand.
     constexpr bool XT = !FP8 && NH == 2;
+    constexpr int NTW = GLU ? 2 : 1;  // n-tiles per warp
     extern __shared__ __align__(16) uint4 smem_u4[];
-    __shared__ float red[MAXW][RT][16];
+    __shared__ float red[MAXW][RT][16 * NTW];
     __shared__ int last_arrival[2];
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int E = a.kparts, units = a.NT * E, nb = static_cast<int>(gridDim.x),
+    const int NU = GLU ? a.NT / 2 : a.NT;  // n-tiles (GLU: gate / up pairs) the units run over
+    const int E = a.kparts, units = NU * E, nb = static_cast<int>(gridDim.x),
               b = static_cast<int>(blockIdx.x);
     const int u0 = qmv_bal_first(b, units, nb), u1 = qmv_bal_first(b + 1, units, nb);
     const int u = u0 + warp;
@@ -75,28 +82,37 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
     const int nt = (active ? u : u0) / E, e = u - nt * E, KC = a.KC;
     const int c0 = active ? qmv_bal_chunk(e, E, KC) : 0, c1 = active ? qmv_bal_chunk(e + 1, E, KC) : 0;
 
-    const uint4* wp =
-        reinterpret_cast<const uint4*>(a.words) + (tile_index(nt, c0, a.NT, KC) * 32 + lane) * VEC;
+    const uint4* wp[NTW];
     const int64_t wstride = static_cast<int64_t>(a.NT) * 32 * VEC;
     using ST = std::conditional_t<SSZ == 4, unsigned, unsigned short>;
     const ST* sbase = static_cast<const ST*>(a.scales);
-    const int row_lo = min(nt * 16 + g, a.N - 1),
-              row_hi = min(nt * 16 + g + 8, a.N - 1);  // past N: not stored
-    // Element offsets of rows g / g + 8 in a group's scales: INT4 [G][NP]; FP8 [SN][SG] (group = column).
-    const int so_lo = FP8 ? row_lo / a.bn * a.SG : row_lo, so_hi = FP8 ? row_hi / a.bn * a.SG : row_hi;
-    uint4 wq[D][VEC];
-    uint32_t slo[D], shi[D], zr[D];
+    // Element offsets of rows g / g + 8 of tile j in a group's scales: INT4 [G][NP]; FP8 [SN][SG] (group =
+    // column). Rows past N are read, never stored.
+    int so_lo[NTW], so_hi[NTW];
+#pragma unroll
+    for (int j = 0; j < NTW; ++j) {
+        const int tj = nt + j * NU;
+        wp[j] = reinterpret_cast<const uint4*>(a.words) + (tile_index(tj, c0, a.NT, KC) * 32 + lane) * VEC;
+        const int row_lo = min(tj * 16 + g, a.N - 1), row_hi = min(tj * 16 + g + 8, a.N - 1);
+        so_lo[j] = FP8 ? row_lo / a.bn * a.SG : row_lo, so_hi[j] = FP8 ? row_hi / a.bn * a.SG : row_hi;
+    }
+    uint4 wq[D][NTW][VEC];
+    uint32_t slo[D][NTW], shi[D][NTW], zr[D][NTW];
     int lc = c0;
     // Chunk lc into slot s; a group's last (odd) chunk brings the group's scales (and zero points).
     auto load = [&](int s) {
         if (lc >= c1) return;
+        const int64_t gb = static_cast<int64_t>(lc >> 1) * (FP8 ? 1 : a.NP);
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) wq[s][v] = ld_stream(wp + v);
-        wp += wstride;
-        if (lc & 1) {
-            const int64_t gb = static_cast<int64_t>(lc >> 1) * (FP8 ? 1 : a.NP);
-            slo[s] = __ldg(sbase + gb + so_lo), shi[s] = __ldg(sbase + gb + so_hi);
-            if constexpr (ASYM) zr[s] = __ldg(a.zeros + gb + so_lo) | (__ldg(a.zeros + gb + so_hi) << 8);
+        for (int j = 0; j < NTW; ++j) {
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) wq[s][j][v] = ld_stream(wp[j] + v);
+            wp[j] += wstride;
+            if (lc & 1) {
+                slo[s][j] = __ldg(sbase + gb + so_lo[j]), shi[s][j] = __ldg(sbase + gb + so_hi[j]);
+                if constexpr (ASYM)
+                    zr[s][j] = __ldg(a.zeros + gb + so_lo[j]) | (__ldg(a.zeros + gb + so_hi[j]) << 8);
+            }
         }
         ++lc;
     };
@@ -130,9 +146,11 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
 
     // cur: the group's sums (C fragments, 4 per B operand); xs[h][0 / 1]: the group's x sums of the lane's
     // tokens 8 h + 2 t, + 1 (one row: [0][0]); xt: the XT mma's C fragment; acc: the scaled sums.
-    float cur[4 * NB], xs[NB][4], xt[4], acc[NC];
+    float cur[NTW][4 * NB], xs[NB][4], xt[4], acc[NTW][NC];
 #pragma unroll
-    for (int i = 0; i < NC; ++i) acc[i] = 0.0f;
+    for (int j = 0; j < NTW; ++j)
+#pragma unroll
+        for (int i = 0; i < NC; ++i) acc[j][i] = 0.0f;
     auto chunk = [&](int s, int c, bool first) {
         uint32_t b0[NB][4], b1[NB][4];
 #pragma unroll
@@ -148,39 +166,45 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
         }
         if constexpr (!FP8) qmv_chunk_xsums<XT>(b0, b1, first, xt, xs);
 #pragma unroll
-        for (int kt = 0; kt < 4; ++kt) {
-            uint32_t a0, a1, a2, a3;
-            if constexpr (FP8)
-                a_fragment<true>(wq[s], kt, 0u, 0u, a0, a1, a2, a3);
-            else
-                a_fragment_int4_raw(wq[s][0], kt, a0, a1, a2, a3);
+        for (int j = 0; j < NTW; ++j)
 #pragma unroll
-            for (int h = 0; h < NB; ++h) {
-                if (first && kt == 0)
-                    mma_bf16_first(cur + 4 * h, a0, a1, a2, a3, b0[h][kt], b1[h][kt]);
+            for (int kt = 0; kt < 4; ++kt) {
+                uint32_t a0, a1, a2, a3;
+                if constexpr (FP8)
+                    a_fragment<true>(wq[s][j], kt, 0u, 0u, a0, a1, a2, a3);
                 else
-                    mma_bf16(cur + 4 * h, a0, a1, a2, a3, b0[h][kt], b1[h][kt]);
+                    a_fragment_int4_raw(wq[s][j][0], kt, a0, a1, a2, a3);
+#pragma unroll
+                for (int h = 0; h < NB; ++h) {
+                    if (first && kt == 0)
+                        mma_bf16_first(cur[j] + 4 * h, a0, a1, a2, a3, b0[h][kt], b1[h][kt]);
+                    else
+                        mma_bf16(cur[j] + 4 * h, a0, a1, a2, a3, b0[h][kt], b1[h][kt]);
+                }
             }
-        }
     };
     // The group's sums less (128 + z) times its x sums (INT4), times its scales: C entry i of operand h is
     // row g (i < 2) or g + 8 of token 8 h + 2 t + (i & 1).
     auto flush = [&](int s) {
-        const float sl = qmv_scale<SSZ>(slo[s], a.sdt), sh = qmv_scale<SSZ>(shi[s], a.sdt);
-        float zl = 136.0f, zh = 136.0f;  // 128 + z, symmetric z = 8
-        if constexpr (ASYM)
-            zl = 128.0f + static_cast<float>(zr[s] & 0xFFu), zh = 128.0f + static_cast<float>(zr[s] >> 8);
         if constexpr (XT) qmv_xt_sums(xt, t, xs);
-        if constexpr (NH == 0) {
-            float vl = cur[0], vh = cur[2];
-            if constexpr (!FP8) vl = fmaf(-zl, xs[0][0], vl), vh = fmaf(-zh, xs[0][0], vh);
-            acc[0] = fmaf(vl, sl, acc[0]), acc[1] = fmaf(vh, sh, acc[1]);
-        } else {
 #pragma unroll
-            for (int i = 0; i < NC; ++i) {
-                float v = cur[i];
-                if constexpr (!FP8) v = fmaf(-((i & 2) ? zh : zl), xs[i >> 2][i & 1], v);
-                acc[i] = fmaf(v, (i & 2) ? sh : sl, acc[i]);
+        for (int j = 0; j < NTW; ++j) {
+            const float sl = qmv_scale<SSZ>(slo[s][j], a.sdt), sh = qmv_scale<SSZ>(shi[s][j], a.sdt);
+            float zl = 136.0f, zh = 136.0f;  // 128 + z, symmetric z = 8
+            if constexpr (ASYM)
+                zl = 128.0f + static_cast<float>(zr[s][j] & 0xFFu),
+                zh = 128.0f + static_cast<float>(zr[s][j] >> 8);
+            if constexpr (NH == 0) {
+                float vl = cur[j][0], vh = cur[j][2];
+                if constexpr (!FP8) vl = fmaf(-zl, xs[0][0], vl), vh = fmaf(-zh, xs[0][0], vh);
+                acc[j][0] = fmaf(vl, sl, acc[j][0]), acc[j][1] = fmaf(vh, sh, acc[j][1]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < NC; ++i) {
+                    float v = cur[j][i];
+                    if constexpr (!FP8) v = fmaf(-((i & 2) ? zh : zl), xs[i >> 2][i & 1], v);
+                    acc[j][i] = fmaf(v, (i & 2) ? sh : sl, acc[j][i]);
+                }
             }
         }
     };
@@ -198,37 +222,59 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
     if (active) {
-        if constexpr (NH == 0) {
-            if (t == 0) red[warp][0][g] = acc[0], red[warp][0][g + 8] = acc[1];
-        } else {
 #pragma unroll
-            for (int i = 0; i < NC; ++i) {
-                const int tok = 8 * (i >> 2) + 2 * t + (i & 1);
-                if (tok < a.M) red[warp][tok][g + ((i >> 1) & 1) * 8] = acc[i];
+        for (int j = 0; j < NTW; ++j) {
+            if constexpr (NH == 0) {
+                if (t == 0) red[warp][0][16 * j + g] = acc[j][0], red[warp][0][16 * j + g + 8] = acc[j][1];
+            } else {
+#pragma unroll
+                for (int i = 0; i < NC; ++i) {
+                    const int tok = 8 * (i >> 2) + 2 * t + (i & 1);
+                    if (tok < a.M) red[warp][tok][16 * j + g + ((i >> 1) & 1) * 8] = acc[j][i];
+                }
             }
         }
     }
     __syncthreads();
-    // The block's n-tiles ft..lt, each [M][16] outputs summed over its warps in warp order; the first and
-    // last may be split with the neighbouring blocks: partials [NT][2][M][16], the right part (later parts of
-    // K) at 1.
+    // The block's units' n-tiles (GLU: pairs) ft..lt, each [M][16] outputs (GLU: gate and up, [M][32]) summed
+    // over its warps in warp order; the first and last may be split with the neighbouring blocks: partials
+    // [NU][2][M][16 NTW], the right part (later parts of K) at 1.
+    constexpr int W16 = 16 * NTW;
     const int ft = u0 / E, lt = (u1 - 1) / E, M = NH ? a.M : 1, per_tile = M * 16;
     auto is_split = [&](int T) { return T * E < u0 || T * E + E > u1; };
-    auto tile_sum = [&](int T, int tok, int r) {
+    auto tile_sum = [&](int T, int tok, int col) {
         const int w0 = max(T * E, u0) - u0, w1 = min(T * E + E, u1) - u0;
         float sum = 0.0f;
-        for (int w = w0; w < w1; ++w) sum += red[w][tok][r];
+        for (int w = w0; w < w1; ++w) sum += red[w][tok][col];
         return sum;
+    };
+    auto part = [&](int T, int side, int tok, int col) {
+        return a.partials + ((static_cast<int64_t>(T) * 2 + side) * M + tok) * W16 + col;
+    };
+    // Output column T * 16 + r of row tok (GLU: h = silu(g) * u, g and u rounded as their stored parts would
+    // be).
+    auto emit = [&](int T, int tok, int r, const float(&v)[NTW]) {
+        if constexpr (GLU) {
+            if (T * 16 + r >= NU * 16) return;
+            const float gq = round_as(a.ydt, v[0]), uq = round_as(a.ydt, v[NTW - 1]);
+            st(a.parts.data[0], a.ydt, static_cast<int64_t>(tok) * (NU * 16) + T * 16 + r,
+               gq * sigmoidf_(gq) * uq);
+        } else {
+            if (T * 16 + r < a.N) store_y(a, tok, T * 16 + r, v[0]);
+        }
     };
     bool any_split = false;
     for (int i = static_cast<int>(threadIdx.x); i < (lt - ft + 1) * per_tile;
          i += static_cast<int>(blockDim.x)) {
         const int T = ft + i / per_tile, tok = (i % per_tile) >> 4, r = i & 15;
-        const float sum = tile_sum(T, tok, r);
+        float v[NTW];
+#pragma unroll
+        for (int j = 0; j < NTW; ++j) v[j] = tile_sum(T, tok, 16 * j + r);
         if (!is_split(T)) {
-            if (T * 16 + r < a.N) store_y(a, tok, T * 16 + r, sum);
+            emit(T, tok, r, v);
         } else {
-            a.partials[((T * 2 + (T * E < u0 ? 1 : 0)) * M + tok) * 16 + r] = sum;
+#pragma unroll
+            for (int j = 0; j < NTW; ++j) *part(T, T * E < u0 ? 1 : 0, tok, 16 * j + r) = v[j];
             any_split = true;
         }
     }
@@ -251,9 +297,14 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
         const int side = T * E < u0 ? 1 : 0;
         for (int i = static_cast<int>(threadIdx.x); i < per_tile; i += static_cast<int>(blockDim.x)) {
             const int tok = i >> 4, r = i & 15;
-            const float mine = tile_sum(T, tok, r);
-            const float other = __ldcg(a.partials + ((T * 2 + (side ^ 1)) * M + tok) * 16 + r);
-            if (T * 16 + r < a.N) store_y(a, tok, T * 16 + r, side == 0 ? mine + other : other + mine);
+            float v[NTW];
+#pragma unroll
+            for (int j = 0; j < NTW; ++j) {
+                const float mine = tile_sum(T, tok, 16 * j + r),
+                            other = __ldcg(part(T, side ^ 1, tok, 16 * j + r));
+                v[j] = side == 0 ? mine + other : other + mine;
+            }
+            emit(T, tok, r, v);
         }
     }
 }
