@@ -6,7 +6,8 @@
 #   qwen35_27b_bf16.json       the benchmark record (bench/results/ format)
 #   quant_kernels.json, qwen35_27b_int4.json, qwen35_27b_fp8.json   the quantized-kernel and 27B INT4/FP8 records
 #   qmv_variants.json          the one-row kernel's variants, ablations and floors (bench/gpu/bench_qmv_variants.cu)
-#   qmv_balanced.json, qwen35_27b_{gptq,fp8}_bal{0,1}.json   the balanced one-row kernel's variants and 27B A/B
+#   qmv_balanced.json, quant_kernels_bal1.json, qwen35_27b_{gptq,fp8}_bal{0,1}.json   the balanced kernel's
+#                              variants, the kernel record with it on, and the 27B decode A/B
 #   dequant_variants.json      the prefill dequantization pass's variants (bench/gpu/bench_dequant_variants.cu)
 #   nvidia-smi.txt             the card as found
 #   run_<model>_<device>.txt   greedy ids of `grimoire run` on models/demo(-gptq-int4), CPU against CUDA
@@ -27,7 +28,7 @@ exec > >(tee -a "$LOG") 2>&1
 BUILD=${GRIMOIRE_PREBUILT:-build/cuda}
 if [ -z "${GRIMOIRE_PREBUILT:-}" ]; then
     cmake --preset cuda -DGRIMOIRE_WERROR=ON || exit 1
-    cmake --build "$BUILD" --target grimoire bench_qwen35_27b bench_quant_kernels bench_qmv_variants bench_dequant_variants \
+    cmake --build "$BUILD" --target grimoire bench_qwen35_27b bench_quant_kernels bench_qmv_variants bench_dequant_variants bench_qmv_wgmma \
         $(cd tests/gpu && ls test_*.cpp | sed 's/\.cpp$//') -j"$(nproc)" || exit 1
 fi
 export LD_LIBRARY_PATH="${GRIMOIRE_PREBUILT_LIBS:+$GRIMOIRE_PREBUILT_LIBS:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -123,6 +124,10 @@ if want variants; then
     echo "== one-row INT4 kernel variants, ablations and load-only floors (timing; exact variants checked bit for bit)"
     timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" --commit "$COMMIT" --out "$OUT/qmv_variants.json" ||
         status=1
+    if [ -x "$BUILD/bench_qmv_wgmma" ]; then
+        echo "== sixteen rows on the warpgroup mma (sm_90a prototype, three schedules) against the committed kernel"
+        timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_wgmma" || status=1
+    fi
     echo "== the prefill path's dequantization pass: variants, alone and with the cuBLAS GEMM at M = 512"
     timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_dequant_variants" --commit "$COMMIT" \
         --out "$OUT/dequant_variants.json" || status=1
@@ -141,6 +146,10 @@ if want bal; then
     timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" --commit "$COMMIT" --only "${only#,}" \
         --shapes down:5120:17408,o_proj:5120:6144,gdn_qkv:10240:5120,q_gate:12288:5120,qkvz:16384:5120,qgkv:14336:5120,gate_up:34816:5120 \
         --out "$OUT/qmv_balanced.json" || status=1
+    # The kernel record (bench_quant_kernels, its torch anchor in the same call) through the dispatch with it on.
+    python3 bench/gpu/anchor_torch_int4.py --out "$OUT/anchor_bal.json" || echo "anchor failed (no torch?)"
+    GRIMOIRE_QMV_BAL=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --anchor "$OUT/anchor_bal.json" \
+        --commit "$COMMIT" --out "$OUT/quant_kernels_bal1.json" || status=1
     for q in gptq fp8; do
         for v in 0 1 0 1; do
             echo "-- $q GRIMOIRE_QMV_BAL=$v"

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build/cuda-dev}
 names=()
-for b in grimoire bench_qwen35_27b bench_quant_kernels bench_qmv_variants bench_decode_ops; do
+for b in grimoire bench_qwen35_27b bench_quant_kernels bench_qmv_variants bench_decode_ops bench_qmv_wgmma bench_dequant_variants; do
     [ -x "$BUILD/$b" ] && names+=("$b")
 done
 for t in "$BUILD"/tests/test_cuda_*; do
