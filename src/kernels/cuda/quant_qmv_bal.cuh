@@ -20,30 +20,16 @@
 // at its end.
 #pragma once
 
+#include "kernels/cuda/qmv_bal_plan.h"
 #include "kernels/cuda/quant_qmv.cuh"
 
 namespace grimoire::cuda::qmm {
 
-// The first unit of block b of nb over `units` (n-tile, part of K) units.
-__host__ __device__ inline int qmv_bal_first(int b, int units, int nb) {
-    return static_cast<int>(static_cast<int64_t>(b) * units / nb);
-}
-// Chunk c0 of part e of E over KC chunks: whole groups of two chunks.
-__host__ __device__ inline int qmv_bal_chunk(int e, int E, int KC) {
-    return e >= E ? KC : (e * KC / E) & ~1;
-}
-// The parts of K per n-tile for nb blocks of at most max_warps warps, 0 where the weight does not take the
-// balanced form: g128 groups (FP8: 128 x 128 blocks), an even number of chunks, at least one group
-// per part and at least E units per block (an n-tile spans at most two blocks). The most parts (up to 8) that
-// fit.
+// The weight's parts of K per n-tile (qmv_bal_plan.h), 0 where it does not take this kernel; FP8 needs its
+// scale grid (bn > 0), glu an even n-tile count.
 inline int qmv_bal_parts(const Args& a, bool fp8, int nb, int max_warps, bool glu = false) {
-    if (a.M < 1 || a.M > 16 || a.gs != 128 || a.G <= 1 || (fp8 && a.bn <= 0) || a.KC % 2 != 0) return 0;
-    if (glu && a.NT % 2 != 0) return 0;
-    for (int E = 8; E >= 1; --E) {
-        const int units = (glu ? a.NT / 2 : a.NT) * E;
-        if (a.KC / E >= 2 && units / nb >= E && (units + nb - 1) / nb <= max_warps) return E;
-    }
-    return 0;
+    if ((fp8 && a.bn <= 0) || (glu && a.NT % 2 != 0)) return 0;
+    return qmv_bal::parts(a.M, a.gs, a.G, a.KC, glu ? a.NT / 2 : a.NT, nb, max_warps);
 }
 // Workspace: partials [NT][2][M][16] f32 (GLU: [NT / 2][2][M][32]) and counters [NT] (zeroed once; they reset
 // themselves).
@@ -76,11 +62,12 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
     const int NU = GLU ? a.NT / 2 : a.NT;  // n-tiles (GLU: gate / up pairs) the units run over
     const int E = a.kparts, units = NU * E, nb = static_cast<int>(gridDim.x),
               b = static_cast<int>(blockIdx.x);
-    const int u0 = qmv_bal_first(b, units, nb), u1 = qmv_bal_first(b + 1, units, nb);
+    const int u0 = qmv_bal::first_unit(b, units, nb), u1 = qmv_bal::first_unit(b + 1, units, nb);
     const int u = u0 + warp;
     const bool active = u < u1;
     const int nt = (active ? u : u0) / E, e = u - nt * E, KC = a.KC;
-    const int c0 = active ? qmv_bal_chunk(e, E, KC) : 0, c1 = active ? qmv_bal_chunk(e + 1, E, KC) : 0;
+    const int c0 = active ? qmv_bal::part_chunk(e, E, KC) : 0,
+              c1 = active ? qmv_bal::part_chunk(e + 1, E, KC) : 0;
 
     const uint4* wp[NTW];
     const int64_t wstride = static_cast<int64_t>(a.NT) * 32 * VEC;
@@ -241,7 +228,7 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
     // [NU][2][M][16 NTW], the right part (later parts of K) at 1.
     constexpr int W16 = 16 * NTW;
     const int ft = u0 / E, lt = (u1 - 1) / E, M = NH ? a.M : 1, per_tile = M * 16;
-    auto is_split = [&](int T) { return T * E < u0 || T * E + E > u1; };
+    auto is_split = [&](int T) { return qmv_bal::split(T, E, u0, u1); };
     auto tile_sum = [&](int T, int tok, int col) {
         const int w0 = max(T * E, u0) - u0, w1 = min(T * E + E, u1) - u0;
         float sum = 0.0f;
