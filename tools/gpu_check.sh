@@ -138,10 +138,11 @@ if want bal; then
     echo "== balanced one-row kernel: variants and the 27B decode A/B (GRIMOIRE_QMV_BAL=0/1)"
     only=""
     for sh in down o_proj gdn_qkv q_gate qkvz qgkv gate_up; do
-        for v in msum_ssm_ntb1_d4 msum_ssm_ntb2_d2 msum_ssm_ntb2_d2_mb4 bal_d4_w24 bal_d6_w24 bal_d4_w12x2 library; do
+        for v in msum_ssm_ntb1_d4 msum_ssm_ntb2_d2 msum_ssm_ntb2_d2_mb4 bal_d4_w24 bal_d6_w24 bal_d4_w12x2 bal_d4_w24_xw \
+            library; do
             only="$only,int4_m1_${sh}_$v"
         done
-        for v in bal_d2_w24 bal_d4_w24 bal_d2_w12x2 library multi_ntb2_d3; do only="$only,fp8_m1_${sh}_$v"; done
+        for v in bal_d2_w24 bal_d4_w24 bal_d2_w12x2 bal_d2_w24_xw library multi_ntb2_d3; do only="$only,fp8_m1_${sh}_$v"; done
     done
     timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" --commit "$COMMIT" --only "${only#,}" \
         --shapes down:5120:17408,o_proj:5120:6144,gdn_qkv:10240:5120,q_gate:12288:5120,qkvz:16384:5120,qgkv:14336:5120,gate_up:34816:5120 \

@@ -363,10 +363,10 @@ Variant sk_variant(const char* name) {
 // 2..8 / 9..16 rows): BPS blocks per SM of the (n-tile, part of K) units, with its own partials and per-n-tile
 // counters. Not bit-comparable (the split n-tiles add two partial sums): checked against the reference within a
 // tolerance. Weights it does not fit are skipped (the check reports them).
-template <bool FP8, int D, int MAXW, int BPS, int NH = 0>
+template <bool FP8, int D, int MAXW, int BPS, int NH = 0, bool XW = false>
 Variant bal_variant(const char* name) {
     auto ws = std::make_shared<OwnWs>();
-    auto k = qmm::qmv_bal_kernel<FP8, false, FP8 ? 4 : 2, D, MAXW, BPS, NH>;
+    auto k = qmm::qmv_bal_kernel<FP8, false, FP8 ? 4 : 2, D, MAXW, BPS, NH, false, XW>;
     allow_qmv_smem(k);
     return {name, false, nullptr, 1, 0, 0, [ws, k](const Args& a0) {
                 ws->ensure(static_cast<size_t>(248320 / 16) * 32 * 16);
@@ -492,6 +492,7 @@ std::vector<Group> groups(int sms) {
                      bal_variant<false, 4, 24, 1>("bal_d4_w24"),
                      bal_variant<false, 6, 24, 1>("bal_d6_w24"),
                      bal_variant<false, 4, 12, 2>("bal_d4_w12x2"),
+                     bal_variant<false, 4, 24, 1, 0, true>("bal_d4_w24_xw"),  // each warp stages its own x
                      sk_variant<6, 4>("sk_d6_mb4"),
                      sk_variant<8, 3>("sk_d8_mb3"),  // qmm.cu's (80 registers)
                      sk_variant<12, 2>("sk_d12_mb2"),
@@ -662,6 +663,7 @@ std::vector<Group> groups(int sms) {
                      bal_variant<true, 2, 24, 1>("bal_d2_w24"),
                      bal_variant<true, 4, 24, 1>("bal_d4_w24"),
                      bal_variant<true, 2, 12, 2>("bal_d2_w12x2"),
+                     bal_variant<true, 2, 24, 1, 0, true>("bal_d2_w24_xw"),
                      {"loads_ntb1_d2", false, loads_only<1, 2, 2>, 1, 0, 0, {}},
                      {"loads_ntb1_d4", false, loads_only<1, 4, 2>, 1, 0, 0, {}},
                      {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},

@@ -42,7 +42,18 @@ inline int qmv_bal_parts(const Args& a, bool fp8, int nb, int max_warps, bool gl
 // whose output is h = silu(g) * u (quant.h QmmParts::glu): a unit is the pair (gate n-tile p, up n-tile p +
 // NT / 2) over its part of K, so a warp carries two n-tiles and the block's sums hold both halves of h's 16
 // columns.
-template <bool FP8, bool ASYM, int SSZ, int D, int MAXW, int BPS, int NH = 0, bool GLU = false>
+// XW (one row): each warp stages only its own part of x and starts after a __syncwarp, instead of the block
+// staging all of x behind a barrier (warps of the same part write the same bytes: benign); a benchmark
+// variant.
+template <bool FP8,
+          bool ASYM,
+          int SSZ,
+          int D,
+          int MAXW,
+          int BPS,
+          int NH = 0,
+          bool GLU = false,
+          bool XW = false>
 __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
     static_assert(D % 2 == 0, "g128: the flushes fall on odd slots");
     constexpr int VEC = FP8 ? 2 : 1;     // uint4 per lane per chunk (quant_mma.cuh vec)
@@ -113,13 +124,18 @@ __global__ void __launch_bounds__(32 * MAXW, BPS) qmv_bal_kernel(const Args a) {
     const uint4* xl[NB];
     bool row_ok[NB];
     if constexpr (NH == 0) {
-        for (int p = static_cast<int>(threadIdx.x); p < KC * 8; p += static_cast<int>(blockDim.x)) {
+        const int p0 = XW ? c0 * 8 + lane : static_cast<int>(threadIdx.x), p1 = XW ? c1 * 8 : KC * 8;
+        const int pstep = XW ? 32 : static_cast<int>(blockDim.x);
+        for (int p = p0; p < p1; p += pstep) {
             const bool full = p * 8 < a.ldx;
             cp_async16z(smem_u4 + p, a.x + (full ? static_cast<int64_t>(p) * 8 : 0), full);
         }
         cp_async_commit();
         cp_async_wait<0>();
-        __syncthreads();
+        if constexpr (XW)
+            __syncwarp();
+        else
+            __syncthreads();
         xl[0] = smem_u4 + t * 2, row_ok[0] = true;
     } else {
 #pragma unroll
