@@ -24,8 +24,8 @@ int device_sms() {
 
 // Partials: [grid block][2][M][kColBlock] f32 for at most kMaxBlocksPerSm blocks per SM, then the BF16 copy
 // of x [M][K rounded to 64] when x needs converting, the act-order gather or the qmv kernel's fragment order;
-// counters: one per n-tile (the balanced one-row kernel's split n-tiles; the stream-K kernels use one per column
-// block, the first NT / 16).
+// counters: one per n-tile (the balanced kernel's split n-tiles, quant_qmv_bal.cuh; the stream-K kernels use
+// one per column block, the first NT / 16).
 constexpr int kMaxBlocksPerSm = 8;
 
 size_t partials_region() {
