@@ -557,13 +557,25 @@ bool qmm_prepare(const char* op,
     return true;
 }
 
-int qmm_balanced_parts(bool fp8, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G, bool glu) {
-    if (M < 1 || M > kQmmMaxM || N <= 0 || K <= 0 || N > (1 << 30) || K > (1 << 30)) return 0;
+namespace {
+// The launch arguments of M rows of an [N, K] weight with these scale groups that the routing depends on (no
+// pointers), as qmm_prepare fills them: what the queries below decide from.
+qmm::Args shape_args(bool fp8, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G) {
     qmm::Args a{};
     a.M = static_cast<int>(M), a.N = static_cast<int>(N), a.K = static_cast<int>(K);
     a.NT = static_cast<int>((N + 15) / 16), a.KC = static_cast<int>((K + 63) / 64);
-    a.G = static_cast<int>(G < 1 ? 1 : G), a.gs = static_cast<int>(G <= 1 ? K : group_size);
-    a.bn = fp8 ? 1 : 0;  // any block height: the kernel takes every row's own scale
+    a.G = static_cast<int>(G < 1 ? 1 : G);
+    a.gs = static_cast<int>(G <= 1 ? K : group_size);
+    a.gpc = G <= 1 || group_size >= 64 ? 1 : static_cast<int>(64 / group_size);
+    a.ssz = fp8 ? 4 : 2;
+    a.bn = fp8 ? 1 : 0;  // any block height: the kernels take every row's own scale
+    return a;
+}
+}  // namespace
+
+int qmm_balanced_parts(bool fp8, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G, bool glu) {
+    if (M < 1 || M > kQmmMaxM || N <= 0 || K <= 0 || N > (1 << 30) || K > (1 << 30)) return 0;
+    const qmm::Args a = shape_args(fp8, M, N, K, group_size, G);
     return qmm::qmv_bal_parts(a, fp8, qmm::device_sms(), bal_max_warps(a.M), glu);
 }
 
@@ -574,14 +586,7 @@ int qmm_dtype_code(DType t) {
 bool qmm_conv_ok(bool fp8, bool asym, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G) {
     if (M < 1 || M > kQmmMaxM || N <= 0 || !qmm_supported(group_size, G)) return false;
     if (M == 1) return true;  // every kernel stores one row's columns through store_y
-    qmm::Args a{};
-    a.N = static_cast<int>(N), a.K = static_cast<int>(K), a.NT = static_cast<int>((N + 15) / 16);
-    a.KC = static_cast<int>((K + 63) / 64), a.M = static_cast<int>(M);
-    a.G = static_cast<int>(G < 1 ? 1 : G);
-    a.gs = static_cast<int>(G <= 1 ? K : group_size);
-    a.gpc = G <= 1 || group_size >= 64 ? 1 : static_cast<int>(64 / group_size);
-    a.ssz = fp8 ? 4 : 2;
-    return qmv_route(a, fp8, asym, 0);
+    return qmv_route(shape_args(fp8, M, N, K, group_size, G), fp8, asym, 0);
 }
 
 bool qmm_glu_ok(bool fp8, bool asym, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G) {
@@ -589,14 +594,7 @@ bool qmm_glu_ok(bool fp8, bool asym, int64_t M, int64_t N, int64_t K, int64_t gr
     // FP8 one row: its one-tile blocks beat the two-tile form by more than the silu_mul launch (27B step 8.16 vs
     // 8.40 ms, docs/BENCHMARKS.md session 15), so it keeps the two parts.
     if (fp8 && (M > 8 || M == 1)) return false;
-    qmm::Args a{};
-    a.N = static_cast<int>(N), a.K = static_cast<int>(K), a.NT = static_cast<int>(N / 16);
-    a.KC = static_cast<int>((K + 63) / 64), a.M = static_cast<int>(M);
-    a.G = static_cast<int>(G < 1 ? 1 : G);
-    a.gs = static_cast<int>(G <= 1 ? K : group_size);
-    a.gpc = G <= 1 || group_size >= 64 ? 1 : static_cast<int>(64 / group_size);
-    a.ssz = fp8 ? 4 : 2;
-    return qmv_route(a, fp8, asym, 0);
+    return qmv_route(shape_args(fp8, M, N, K, group_size, G), fp8, asym, 0);
 }
 
 void qmm_int4(const Int4Dev& w,

@@ -156,13 +156,10 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");  // smem reads after it stay after it
 }
 
+// common.cuh's mma16816 on c[0..3] (the quant kernels keep several C fragments in one array).
 __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    mma16816(*reinterpret_cast<float(*)[4]>(c), a0, a1, a2, a3, b0, b1);
 }
 
 // c = a * b, no accumulator input: the first mma of a scale group (no zeroing moves before it).
