@@ -388,76 +388,6 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantModel,
 namespace grimoire {
 namespace {
 
-// The stream-K split directly: a forced small grid makes grid blocks cover several column blocks and cut others
-// in the middle (whole, first-partial and last-partial segments in one launch), on an act-order asymmetric weight.
-TEST(CudaQmmStreamK, AnyGridSizeGivesTheSameResult) {
-    GRIMOIRE_REQUIRE_GPU();
-    std::mt19937 rng(fresh_seed());
-    const int64_t N = 1030, K = 2048;
-    Int4Host h = random_int4(N, K, 128, true, false, 0, rng);
-    std::vector<float> w(static_cast<size_t>(N * K));
-    cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
-    const PackedInt4 p = repack_int4(h);
-    auto up = [](const void* src, size_t bytes) {
-        void* d = nullptr;
-        EXPECT_EQ(cudaMalloc(&d, bytes), cudaSuccess);
-        EXPECT_EQ(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-        return d;
-    };
-    cuda::Int4Dev d;
-    d.N = p.N, d.K = p.K, d.G = p.G, d.group_size = p.group_size, d.NT = p.NT, d.KC = p.KC;
-    d.scale_dtype = DType::F16;
-    ASSERT_EQ(p.scale_type, ScaleType::F16);
-    d.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
-    d.scales = up(p.scales.data(), p.scales.size());
-    d.zeros = static_cast<const uint8_t*>(up(p.zeros.data(), p.zeros.size()));
-    d.perm = static_cast<const int32_t*>(up(p.perm.data(), p.perm.size() * 4));
-    size_t pb = 0;
-    int nc = 0;
-    cuda::qmm_workspace_need(N, K, &pb, &nc);
-    cuda::QmmWorkspace ws;
-    ws.partials = static_cast<float*>(up(std::vector<uint8_t>(pb).data(), pb)), ws.partial_bytes = pb;
-    ws.counters = static_cast<int*>(up(std::vector<int>(static_cast<size_t>(nc)).data(), static_cast<size_t>(nc) * 4));
-    ws.n_counters = nc;
-    for (int64_t M : {1, 7, 16}) {
-        const std::vector<float> xv = test::rand_bf16(static_cast<size_t>(M * K), rng());
-        std::vector<uint16_t> xb(xv.size());
-        for (size_t i = 0; i < xv.size(); ++i) xb[i] = f32_to_bf16(xv[i]);
-        Tensor x(up(xb.data(), xb.size() * 2), DType::BF16, Device::CUDA, {M, K});
-        Tensor y(nullptr, DType::F32, Device::CUDA, {M, N});
-        y.data = up(std::vector<float>(static_cast<size_t>(M * N), NAN).data(), static_cast<size_t>(M * N) * 4);
-        std::vector<double> want, mag;
-        test::host_matmul(xv, w, M, N, K, want, mag);
-        for (int blocks : {1, 5, 13, 64}) {
-            ASSERT_EQ(cudaMemset(y.data, 0xff, static_cast<size_t>(M * N) * 4), cudaSuccess);  // NaN poison
-            cuda::qmm_int4(d, x, y, ws, nullptr, blocks);
-            std::vector<float> got(static_cast<size_t>(M * N));
-            ASSERT_EQ(cudaMemcpy(got.data(), y.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-            size_t bad = 0;
-            for (size_t i = 0; i < got.size(); ++i) bad += !(std::fabs(got[i] - want[i]) <= 2e-5 * mag[i] + 1e-12);
-            EXPECT_EQ(bad, 0u) << "M " << M << " blocks " << blocks;
-        }
-        // Split column blocks are summed by whichever grid block arrives last, in a fixed order, so repeated
-        // launches (back to back, overlapping through programmatic dependent launch on Hopper) must give
-        // bit-identical results and leave the arrival counters at zero for the next launch.
-        std::vector<uint32_t> first;
-        for (int rep = 0; rep < 6; ++rep) {
-            ASSERT_EQ(cudaMemset(y.data, 0xff, static_cast<size_t>(M * N) * 4), cudaSuccess);
-            cuda::qmm_int4(d, x, y, ws, nullptr, rep < 3 ? 0 : 7);
-            std::vector<uint32_t> got(static_cast<size_t>(M * N));
-            ASSERT_EQ(cudaMemcpy(got.data(), y.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-            if (rep == 0 || rep == 3) first = got;
-            else EXPECT_EQ(got, first) << "M " << M << " launch " << rep;
-        }
-        cudaFree(x.data);
-        cudaFree(y.data);
-    }
-    for (const void* ptr : {static_cast<const void*>(d.words), d.scales, static_cast<const void*>(d.zeros),
-                            static_cast<const void*>(d.perm), static_cast<const void*>(ws.partials),
-                            static_cast<const void*>(ws.counters)})
-        cudaFree(const_cast<void*>(ptr));
-}
-
 // A weight's packed device copy and a qmm workspace for direct cuda::qmm_* calls, freed with the object.
 struct DirectQmm {
     cuda::Int4Dev d4;
@@ -516,6 +446,51 @@ struct DirectQmm {
         return std::count(c.begin(), c.end(), 0) == ws.n_counters;
     }
 };
+
+// The stream-K split directly: a forced small grid makes grid blocks cover several column blocks and cut others
+// in the middle (whole, first-partial and last-partial segments in one launch), on an act-order asymmetric weight.
+TEST(CudaQmmStreamK, AnyGridSizeGivesTheSameResult) {
+    GRIMOIRE_REQUIRE_GPU();
+    std::mt19937 rng(fresh_seed());
+    const int64_t N = 1030, K = 2048;
+    Int4Host h = random_int4(N, K, 128, true, false, 0, rng);
+    std::vector<float> w(static_cast<size_t>(N * K));
+    cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
+    DirectQmm q;
+    q.int4(h);
+    ASSERT_EQ(q.d4.scale_dtype, DType::F16);
+    const cuda::Int4Dev& d = q.d4;
+    const cuda::QmmWorkspace& ws = q.ws;
+    for (int64_t M : {1, 7, 16}) {
+        const std::vector<float> xv = test::rand_bf16(static_cast<size_t>(M * K), rng());
+        Tensor x = q.x_bf16(xv, M, K);
+        Tensor y(q.up(std::vector<float>(static_cast<size_t>(M * N), NAN).data(), static_cast<size_t>(M * N) * 4),
+                 DType::F32, Device::CUDA, {M, N});
+        std::vector<double> want, mag;
+        test::host_matmul(xv, w, M, N, K, want, mag);
+        for (int blocks : {1, 5, 13, 64}) {
+            ASSERT_EQ(cudaMemset(y.data, 0xff, static_cast<size_t>(M * N) * 4), cudaSuccess);  // NaN poison
+            cuda::qmm_int4(d, x, y, ws, nullptr, blocks);
+            std::vector<float> got(static_cast<size_t>(M * N));
+            ASSERT_EQ(cudaMemcpy(got.data(), y.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+            size_t bad = 0;
+            for (size_t i = 0; i < got.size(); ++i) bad += !(std::fabs(got[i] - want[i]) <= 2e-5 * mag[i] + 1e-12);
+            EXPECT_EQ(bad, 0u) << "M " << M << " blocks " << blocks;
+        }
+        // Split column blocks are summed by whichever grid block arrives last, in a fixed order, so repeated
+        // launches (back to back, overlapping through programmatic dependent launch on Hopper) must give
+        // bit-identical results and leave the arrival counters at zero for the next launch.
+        std::vector<uint32_t> first;
+        for (int rep = 0; rep < 6; ++rep) {
+            ASSERT_EQ(cudaMemset(y.data, 0xff, static_cast<size_t>(M * N) * 4), cudaSuccess);
+            cuda::qmm_int4(d, x, y, ws, nullptr, rep < 3 ? 0 : 7);
+            std::vector<uint32_t> got(static_cast<size_t>(M * N));
+            ASSERT_EQ(cudaMemcpy(got.data(), y.data, got.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+            if (rep == 0 || rep == 3) first = got;
+            else EXPECT_EQ(got, first) << "M " << M << " launch " << rep;
+        }
+    }
+}
 
 // The balanced kernel (quant_qmv_bal.cuh), forced (cuda::kQmmBalanced) at 1, 4 and 16 rows (x staged / read
 // from memory, one or two B operands): n-tiles split between two grid blocks are summed by the later arrival,
