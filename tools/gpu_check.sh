@@ -47,7 +47,7 @@ head -15 "$OUT/nvidia-smi.txt"
 COMMIT=${GRIMOIRE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 status=0
-# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, bal, e2e), default all.
+# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, bal, w8a8, e2e), default all.
 # A device command is limited in time: the sections can be split over calls.
 want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
 if want tests; then
@@ -85,6 +85,9 @@ if want tests; then
     rerun ahead0 GRIMOIRE_PDL_AHEAD=0 GRIMOIRE_QMV_EARLY=0 GRIMOIRE_QMV_MID=0 -- test_cuda_model test_cuda_graph_segments test_cuda_quant
     # The balanced one-row kernel (quant_qmv_bal.cuh, opt-in) on every weight it takes, through the dispatch.
     rerun bal1 GRIMOIRE_QMV_BAL=1 -- test_cuda_quant test_cuda_model test_cuda_quant_stack
+    # The W8A8 FP8 prefill (opt-in; test_cuda_w8a8 forces it itself): the model-level tests with it on, whose
+    # oracles keep BF16 activations.
+    rerun w8a8 GRIMOIRE_FP8_GEMM=1 -- test_cuda_quant_stack test_cuda_model
     # One XML file back instead of one per executable.
     cat "$OUT"/test_*.xml > "$OUT/gpu_tests.xml" 2>/dev/null && rm -f "$OUT"/test_*.xml
 
@@ -157,6 +160,21 @@ if want bal; then
             GRIMOIRE_QMV_BAL=$v timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
                 --quant "$q" --prefill-tokens 512 --decode-steps 32 --contexts 512 --commit "$COMMIT" \
                 --out "$OUT/qwen35_27b_${q}_bal$v.json" || status=1
+        done
+    done
+fi
+if want w8a8; then
+    # The W8A8 FP8 prefill (GRIMOIRE_FP8_GEMM=1: cuBLASLt's block-scaled FP8 GEMM) against the default dequant +
+    # BF16 GEMM: the kernel record (fp8_w8a8_prefill_* beside fp8_prefill_*), then the 27B FP8 prompt, alternated.
+    echo "== W8A8 FP8 prefill: kernel record and the 27B FP8 prompt A/B (GRIMOIRE_FP8_GEMM=0/1)"
+    timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --only fp8:gate_up --commit "$COMMIT" \
+        --out "$OUT/quant_kernels_w8a8.json" || status=1
+    for v in 0 1 0 1; do
+        for t in 512 4096; do
+            echo "-- fp8 prefill $t GRIMOIRE_FP8_GEMM=$v"
+            GRIMOIRE_FP8_GEMM=$v timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
+                --quant fp8 --prefill-only --prefill-tokens $t --commit "$COMMIT" \
+                --out "$OUT/qwen35_27b_fp8_p${t}_w8a8_$v.json" || status=1
         done
     done
 fi

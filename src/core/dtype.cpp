@@ -1,6 +1,7 @@
 #include "core/dtype.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -85,18 +86,21 @@ float fp8_e4m3_to_f32(uint8_t v) {
 float fp8_e5m2_to_f32(uint8_t v) { return f16_to_f32(static_cast<uint16_t>(v) << 8); }
 
 uint8_t f32_to_fp8_e4m3(float f) {
-    // Saturating round-to-nearest-even by search over the 127 non-negative codes (slow but exact; tools only).
+    // Round to nearest even, saturating to +-448 like the device's __NV_SATFINITE conversion (NaN -> 0x7f). The
+    // activation quantizer's oracle (kernels/cpu/quant_act.cpp) runs it on every element of a prompt, so it works
+    // on the bits: tests/unit/test_dtype.cpp checks it against an exhaustive search of the 127 codes.
     if (std::isnan(f)) return 0x7f;
     const uint8_t sign = std::signbit(f) ? 0x80 : 0;
-    float a = std::fabs(f);
+    const float a = std::fabs(f);
     if (a >= 448.0f) return sign | 0x7e;
-    uint8_t best = 0;
-    float best_err = INFINITY;
-    for (uint8_t c = 0; c < 0x7f; ++c) {
-        const float e = std::fabs(fp8_e4m3_to_f32(c) - a);
-        if (e < best_err || (e == best_err && (c & 1) == 0)) best = c, best_err = e;
-    }
-    return sign | best;
+    if (a < 0.015625f)  // below 2^-6 the codes are subnormal, multiples of 2^-9 (8 * 2^-9 is code 0x08, 2^-6)
+        return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));  // exact scaling; ties to even
+    uint32_t u;
+    std::memcpy(&u, &a, 4);
+    uint32_t t = u >> 20;  // f32 exponent and the top 3 mantissa bits
+    const uint32_t rem = u & 0xfffffu;
+    if (rem > 0x80000u || (rem == 0x80000u && (t & 1u))) ++t;  // a carry moves into the exponent, as it should
+    return sign | static_cast<uint8_t>((((t >> 3) - 120u) << 3) | (t & 7u));  // rebias 127 -> 7
 }
 
 void convert_to_f32(DType t, const void* src, float* dst, size_t n) {

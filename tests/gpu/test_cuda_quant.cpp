@@ -24,6 +24,7 @@
 
 #include "../test_util.h"
 #include "gpu_test_util.h"
+#include "quant_test_util.h"
 #include "io/config.h"
 #include "kernels/cpu/dequant.h"
 #include "model/model.h"
@@ -34,12 +35,6 @@
 
 namespace grimoire {
 namespace {
-
-uint32_t fresh_seed() {
-    const uint32_t s = std::random_device{}();
-    std::printf("seed %u\n", s);
-    return s;
-}
 
 Int4Host random_int4(int64_t N, int64_t K, int64_t gs, bool act, bool sym, int scale_kind, std::mt19937& rng) {
     Int4Host h;
@@ -62,20 +57,6 @@ Int4Host random_int4(int64_t N, int64_t K, int64_t gs, bool act, bool sym, int s
     if (act) std::shuffle(order.begin(), order.end(), rng);
     h.g_idx.resize(static_cast<size_t>(K));
     for (int64_t i = 0; i < K; ++i) h.g_idx[static_cast<size_t>(order[static_cast<size_t>(i)])] = static_cast<int32_t>(i / group);
-    return h;
-}
-
-Fp8Host random_fp8(int64_t N, int64_t K, bool block, std::mt19937& rng) {
-    Fp8Host h;
-    h.N = N, h.K = K, h.bn = block ? 128 : 1, h.bk = block ? 128 : K;
-    h.w.resize(static_cast<size_t>(N * K));
-    for (auto& v : h.w) {
-        v = static_cast<uint8_t>(rng());
-        if ((v & 0x7F) == 0x7F) v ^= 1;
-    }
-    h.scales.resize(static_cast<size_t>(((N + h.bn - 1) / h.bn) * ((K + h.bk - 1) / h.bk)));
-    std::uniform_real_distribution<float> d(1e-3f, 2e-2f);
-    for (auto& s : h.scales) s = d(rng);
     return h;
 }
 

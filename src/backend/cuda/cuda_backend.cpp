@@ -82,6 +82,8 @@ CudaBackend::CudaBackend(int dev, DType act) : act_(act) {
     GRIMOIRE_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_ws_, kCublasWorkspace));
 }
 
+size_t CudaBackend::cublas_workspace_bytes() { return kCublasWorkspace; }
+
 CudaBackend::~CudaBackend() {
     try {
         flush_all();

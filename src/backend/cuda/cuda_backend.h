@@ -154,6 +154,9 @@ public:
     void reserve_quant_ws(QuantWs which, size_t bytes);
     void* quant_ws(QuantWs which) const { return quant_ws_[static_cast<int>(which)].ptr; }
     size_t quant_ws_bytes(QuantWs which) const { return quant_ws_[static_cast<int>(which)].bytes; }
+    // The cuBLAS workspace, also lent to the cuBLASLt calls of the FP8 prefill GEMM (one stream: never concurrent).
+    void* cublas_workspace() const { return cublas_ws_; }
+    static size_t cublas_workspace_bytes();
     // Salted seed for a random-weights fill of the named tensor (requires random_weights()).
     uint64_t random_seed_for(const std::string& name) const;
 

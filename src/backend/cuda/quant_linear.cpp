@@ -2,7 +2,9 @@
 // is repacked into the tensor-core tile layout (quant/repack.h) and copied to the device once; the host copy
 // is dropped. forward() picks the kernel by the number of rows:
 //   M <= 16  qmm_int4 / qmm_fp8: one pass over the packed weight, cost flat in M (decode, verify, batches);
-//   M > 16   dequantize to a shared BF16 workspace, then the cuBLAS GEMM (prefill: compute-bound there).
+//   M > 16   dequantize to a shared BF16 workspace, then the cuBLAS GEMM (prefill: compute-bound there); a
+//            128 x 128-block FP8 weight can instead take the W8A8 FP8 GEMM (GRIMOIRE_FP8_GEMM=1, see
+//            CudaFp8Linear::prefill_parts).
 // With --random-weights the packed words and scales are filled on the device instead (the reader skips the
 // host decode and passes an Int4Host / Fp8Host without data).
 #include <cstdlib>
@@ -23,7 +25,8 @@ namespace grimoire {
 
 namespace {
 
-constexpr uint64_t kOpQmm = 0x514d4d00ull, kOpDequant = 0x44455100ull, kOpSplit = 0x53504c00ull;
+constexpr uint64_t kOpQmm = 0x514d4d00ull, kOpDequant = 0x44455100ull, kOpSplit = 0x53504c00ull,
+                   kOpW8a8 = 0x57384138ull;
 
 CudaBackend& cuda_of(Backend& be) {
     auto* c = dynamic_cast<CudaBackend*>(&be);
@@ -73,7 +76,7 @@ class CudaQuantLinear : public Linear {
             Tensor xv = x, yv = y;
             cb.record(cuda::KeyHasher().add(kOpQmm).add(xv).add(yv).add(id()).h,
                       [this, xv, yv, ws](cudaStream_t s) mutable { run_small(xv, yv, ws, s); });
-        } else {
+        } else if (!prefill_parts(cb, x, std::span<Tensor>(&y, 1))) {
             Tensor w(cb.quant_ws(CudaBackend::QuantWs::DEQUANT), wdt_, Device::CUDA, {N_, K_});
             cb.record(cuda::KeyHasher().add(kOpDequant).add(w).add(id()).h,
                       [this, w](cudaStream_t s) { run_dequant(w.data, w.dtype, s); });
@@ -122,6 +125,7 @@ class CudaQuantLinear : public Linear {
             });
             return;
         }
+        if (!bias_.data && prefill_parts(cb, x, ys)) return;
         Tensor w(cb.quant_ws(CudaBackend::QuantWs::DEQUANT), wdt_, Device::CUDA, {N_, K_});  // [N, K]
         cb.record(cuda::KeyHasher().add(kOpDequant).add(w).add(id()).h,
                   [this, w](cudaStream_t s) { run_dequant(w.data, w.dtype, s); });
@@ -249,6 +253,12 @@ class CudaQuantLinear : public Linear {
                            cudaStream_t s,
                            const cuda::QmmParts* parts = nullptr) const = 0;
     virtual void run_dequant(void* out, DType dt, cudaStream_t s) const = 0;
+    // A prefill (M > 16) route other than dequant + GEMM, writing the consecutive column ranges ys (one part: y
+    // itself); false where the weight has none or it does not take these shapes (the caller then dequantizes).
+    virtual bool prefill_parts(CudaBackend& cb, const Tensor& x, std::span<Tensor> ys) const {
+        (void)cb, (void)x, (void)ys;
+        return false;
+    }
     int64_t N_, K_;
     DType wdt_;  // dequant workspace dtype: the activations' (BF16, or F32 in the reference mode)
     bool qmm_ok_ = true;  // the scale grid suits qmm_* (cuda::qmm_supported); else every M takes the dequant path
@@ -348,6 +358,21 @@ class CudaFp8Linear final : public CudaQuantLinear {
             cuda::random_fill(const_cast<float*>(d_.scales), DType::F32, static_cast<int64_t>(nscales), seed + 1,
                               0.005f, 0.02f, be.stream());
         }
+        w8a8_ = w8a8_requested() && wdt_ == DType::BF16 && p.bn == 128 && p.bk == 128 && p.K % 128 == 0;
+        if (w8a8_) {
+            // cuBLASLt reads the 128 x 128 scales with a row length padded to 4 (gemm_fp8_block.cu): a padded copy
+            // where the checkpoint's rows are not (SG % 4 != 0), on the stream that filled the scales.
+            ld_scales_ = (p.SG + 3) / 4 * 4;
+            w8a8_scales_ = d_.scales;
+            if (ld_scales_ != p.SG) {
+                void* padded = be.weight_buffer(static_cast<size_t>(p.SN * ld_scales_) * 4, nullptr);
+                GRIMOIRE_CUDA_CHECK(cudaMemsetAsync(padded, 0, static_cast<size_t>(p.SN * ld_scales_) * 4, be.stream()));
+                GRIMOIRE_CUDA_CHECK(cudaMemcpy2DAsync(padded, static_cast<size_t>(ld_scales_) * 4, d_.scales,
+                                                      static_cast<size_t>(p.SG) * 4, static_cast<size_t>(p.SG) * 4,
+                                                      static_cast<size_t>(p.SN), cudaMemcpyDeviceToDevice, be.stream()));
+                w8a8_scales_ = static_cast<const float*>(padded);
+            }
+        }
     }
     std::vector<float> dequantize() const override {
         PackedFp8 p;
@@ -369,7 +394,70 @@ class CudaFp8Linear final : public CudaQuantLinear {
     void run_dequant(void* out, DType dt, cudaStream_t s) const override { cuda::dequant_fp8(d_, out, dt, s); }
     bool glu_ok(int64_t M) const override { return cuda::qmm_glu_ok(true, false, M, d_.N, d_.K, d_.bk, d_.SG); }
     bool conv_ok(int64_t M) const override { return cuda::qmm_conv_ok(true, false, M, d_.N, d_.K, d_.bk, d_.SG); }
+
+    // GRIMOIRE_FP8_GEMM=1 (read when a weight is loaded): prefill through the W8A8 FP8 GEMM. Opt-in until it is
+    // measured on the card; the activations are then quantized to FP8 per 128 channels of a row, as HF
+    // transformers' FP8Linear and vLLM do for these checkpoints (1..16 rows keep BF16 activations).
+    static bool w8a8_requested() {
+        const char* e = std::getenv("GRIMOIRE_FP8_GEMM");
+        return e && e[0] == '1';
+    }
+    // The W8A8 prefill: the weight's codes unpacked to [N, K] in the dequant workspace (half its BF16 size), x
+    // quantized per 128-channel block (quant_act_fp8), then cuBLASLt's block-scaled FP8 GEMM. Each part is its
+    // own GEMM written straight into its tensor where the parts start on 128-row weight blocks and M is a multiple
+    // of 4 (cuBLASLt's row count, padded); otherwise one GEMM into scratch [M4, N] and split_cols.
+    bool prefill_parts(CudaBackend& cb, const Tensor& x, std::span<Tensor> ys) const override {
+        const int64_t M = x.rows(), M4 = (M + 3) / 4 * 4;
+        if (!w8a8_ || M <= cuda::kQmmMaxM || x.dtype != DType::BF16 || x.cols() != K_ || ys.empty()) return false;
+        const size_t lt_bytes = CudaBackend::cublas_workspace_bytes();
+        bool direct = M % 4 == 0;
+        int64_t c0 = 0;
+        for (const Tensor& y : ys) {
+            if (y.dtype != DType::BF16 || y.rows() != M) return false;
+            direct = direct && c0 % 128 == 0 && y.cols() % 16 == 0 && cuda::gemm_fp8_block_ok(M4, y.cols(), K_, lt_bytes);
+            c0 += y.cols();
+        }
+        if (c0 != N_) return false;
+        if (!direct && (N_ % 16 != 0 || ys.size() > static_cast<size_t>(cuda::kMaxSplitCols) ||
+                        !cuda::gemm_fp8_block_ok(M4, N_, K_, lt_bytes)))
+            return false;
+        auto* wq = static_cast<uint8_t*>(cb.quant_ws(CudaBackend::QuantWs::DEQUANT));  // [N, K] e4m3
+        const Tensor xq = cb.scratch(DType::U8, {M4, K_});                             // [M4, K] e4m3
+        const Tensor xs = cb.scratch(DType::F32, {K_ / 128, M4});                      // [K / 128][M4] f32
+        const Tensor yfull = direct ? Tensor{} : cb.scratch(DType::BF16, {M4, N_});    // [M4, N] BF16
+        const std::vector<Tensor> parts(ys.begin(), ys.end());
+        cuda::KeyHasher key;
+        key.add(kOpW8a8).add(x).add(id()).add(xq).add(xs).add(yfull.data);
+        for (const Tensor& p : parts) key.add(p);
+        void* lt_ws = cb.cublas_workspace();
+        cb.record(key.h, [this, x, wq, xq, xs, yfull, parts, direct, M, M4, lt_ws, lt_bytes](cudaStream_t s) {
+            cuda::unpack_fp8(d_, wq, s);
+            cuda::quant_act_fp8(x, M4, static_cast<uint8_t*>(xq.data), static_cast<float*>(xs.data), s);
+            cuda::Fp8BlockGemm g;
+            g.xq = static_cast<const uint8_t*>(xq.data), g.xs = static_cast<const float*>(xs.data);
+            g.M4 = M4, g.K = K_, g.lt_ws = lt_ws, g.lt_ws_bytes = lt_bytes;
+            if (direct) {
+                int64_t r0 = 0;
+                for (const Tensor& p : parts) {
+                    g.wq = wq + r0 * K_, g.ws = w8a8_scales_ + (r0 / 128) * ld_scales_;
+                    g.N = p.cols(), g.y = p.data;
+                    cuda::gemm_fp8_block(g, s);
+                    r0 += p.cols();
+                }
+                return;
+            }
+            g.wq = wq, g.ws = w8a8_scales_, g.N = N_, g.y = yfull.data;
+            cuda::gemm_fp8_block(g, s);
+            const Tensor rows(yfull.data, DType::BF16, Device::CUDA, {M, N_});  // the first M of M4 rows
+            cuda::split_cols(rows, parts.data(), static_cast<int>(parts.size()), s);
+        });
+        return true;
+    }
+
     cuda::Fp8Dev d_;
+    bool w8a8_ = false;
+    const float* w8a8_scales_ = nullptr;  // [SN][ld_scales_] f32: d_.scales, or its padded copy
+    int64_t ld_scales_ = 0;
 };
 
 }  // namespace

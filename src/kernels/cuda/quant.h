@@ -111,6 +111,33 @@ void qmm_fp8(const Fp8Dev& w,
 void dequant_int4(const Int4Dev& w, void* out, DType out_dtype, cudaStream_t s);
 void dequant_fp8(const Fp8Dev& w, void* out, DType out_dtype, cudaStream_t s);
 
+// ---- The W8A8 FP8 prefill path of a 128 x 128-block FP8 weight (M > 16 rows; the BF16 dequant + GEMM otherwise) ----
+// out [N, K] e4m3 = the weight's codes in the checkpoint's row-major order (16-byte aligned; K % 128 == 0).
+void unpack_fp8(const Fp8Dev& w, uint8_t* out, cudaStream_t s);
+// x [M, K] BF16 -> q [M4, K] e4m3 and scales [K / 128][M4] f32 (row fastest), per 128-channel block of a row:
+// kernels/cpu/dequant.h quantize_act_fp8, code for code. Rows M..M4-1 (M4 a multiple of 4) get zero codes and
+// scale 0. K % 128 == 0.
+void quant_act_fp8(const Tensor& x, int64_t M4, uint8_t* q, float* scales, cudaStream_t s);
+// y [M4, N] BF16 (row-major, row stride N) = sum over 128-channel blocks kb of
+//     xs[kb][m] * ws[n / 128][kb] * sum_{k in kb} e4m3(xq[m][k]) * e4m3(wq[n][k])
+// through cuBLASLt's block-scaled FP8 matmul (gemm_fp8_block.cu). wq [N, K] e4m3 (unpack_fp8), ws
+// [ceil(N / 128)][round_up(K / 128, 4)] f32, xq / xs from quant_act_fp8; lt_ws a cuBLASLt workspace. Every
+// pointer 16-byte aligned; M4 % 4 == 0, N % 16 == 0, K % 128 == 0.
+struct Fp8BlockGemm {
+    const uint8_t* wq = nullptr;
+    const float* ws = nullptr;
+    const uint8_t* xq = nullptr;
+    const float* xs = nullptr;
+    void* y = nullptr;
+    int64_t M4 = 0, N = 0, K = 0;
+    void* lt_ws = nullptr;
+    size_t lt_ws_bytes = 0;
+};
+// Whether cuBLASLt has an algorithm for this shape on this device (block-scaled FP8 is sm_90 only); asked once
+// per shape and cached. gemm_fp8_block throws where this is false.
+bool gemm_fp8_block_ok(int64_t M4, int64_t N, int64_t K, size_t lt_ws_bytes);
+void gemm_fp8_block(const Fp8BlockGemm& g, cudaStream_t s);
+
 // n u32 words of pseudo-random bits (SplitMix64 of seed and index), ANDed with `mask` (FP8: 0xBFBFBFBF keeps
 // every byte finite). Used for --random-weights of quantized layers.
 void random_bits(uint32_t* p, int64_t n, uint64_t seed, uint32_t mask, cudaStream_t s);

@@ -1,0 +1,72 @@
+// Per-block FP8 quantization of BF16 activations for the W8A8 FP8 prefill GEMM (gemm_fp8_block.cu): the same
+// formula as the CPU oracle (kernels/cpu/dequant.h quantize_act_fp8), code for code: s = max(amax, 1e-10) /
+// 448 and q = e4m3(x / s), both divisions IEEE round-to-nearest (__fdiv_rn, whatever the compile flags), the
+// conversion round-to-nearest-even and saturating (__NV_SATFINITE, as f32_to_fp8_e4m3).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "kernels/cpu/dequant.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/quant.h"
+
+namespace grimoire::cuda {
+
+namespace {
+
+constexpr int kActWarps = 8;
+
+// One warp per (row m, block kb) of 128 channels, four channels per lane (one 8-byte load, one 4-byte store).
+// x [M, K] BF16; q [M4, K] e4m3; scales [K / 128][M4] f32. Rows M..M4-1: zero codes, scale 0.
+__global__ void __launch_bounds__(32 * kActWarps) quant_act_fp8_kernel(const __nv_bfloat16* __restrict__ x,
+                                                                       int64_t M,
+                                                                       int64_t M4,
+                                                                       int64_t K,
+                                                                       uint32_t* __restrict__ q,
+                                                                       float* __restrict__ scales) {
+    const int lane = threadIdx.x & 31;
+    const int64_t unit = static_cast<int64_t>(blockIdx.x) * kActWarps + (threadIdx.x >> 5);
+    const int64_t KB = K / 128;
+    if (unit >= M4 * KB) return;
+    const int64_t m = unit / KB, kb = unit - m * KB;
+    uint32_t* qo = q + (m * K + kb * 128) / 4 + lane;
+    if (m >= M) {
+        *qo = 0;
+        if (lane == 0) scales[kb * M4 + m] = 0.0f;
+        return;
+    }
+    const uint2 raw = *reinterpret_cast<const uint2*>(x + m * K + kb * 128 + lane * 4);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+    float amax = fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(b.x), fabsf(b.y)));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = __fdiv_rn(fmaxf(amax, cpu::kFp8ActMinAmax), 448.0f);
+    const float v[4] = {a.x, a.y, b.x, b.y};
+    uint32_t packed = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        packed |= static_cast<uint32_t>(__nv_cvt_float_to_fp8(__fdiv_rn(v[i], s), __NV_SATFINITE, __NV_E4M3))
+                  << (8 * i);
+    *qo = packed;
+    if (lane == 0) scales[kb * M4 + m] = s;
+}
+
+}  // namespace
+
+void quant_act_fp8(const Tensor& x, int64_t M4, uint8_t* q, float* scales, cudaStream_t s) {
+    const int64_t M = x.rows(), K = x.cols();
+    if (x.dtype != DType::BF16 || K % 128 != 0 || M4 < M || M4 % 4 != 0 ||
+        (reinterpret_cast<uintptr_t>(x.data) & 7) != 0 || (reinterpret_cast<uintptr_t>(q) & 3) != 0)
+        throw Error(
+            "cuda quant_act_fp8: x must be [M, K] BF16 (8-byte aligned) with K % 128 == 0, M4 >= M a "
+            "multiple of 4 (x [" +
+            std::to_string(M) + ", " + std::to_string(K) + "], M4 " + std::to_string(M4) + ")");
+    const int64_t units = M4 * (K / 128);
+    if (units == 0) return;
+    quant_act_fp8_kernel<<<static_cast<unsigned>((units + kActWarps - 1) / kActWarps), 32 * kActWarps, 0,
+                           s>>>(static_cast<const __nv_bfloat16*>(x.data), M, M4, K,
+                                reinterpret_cast<uint32_t*>(q), scales);
+    check_launch("quant_act_fp8");
+}
+
+}  // namespace grimoire::cuda
