@@ -40,4 +40,18 @@ GRIMOIRE_HD int chunk_channel(int s) {
 // Smaller groups (16, 32) keep the identity: their kernels apply scales per k-tile.
 GRIMOIRE_HD bool chunk_permuted(int64_t group, int64_t groups) { return groups <= 1 || group % 64 == 0; }
 
+// An FP8 chunk-permuted tile back in row order: lane (g, t) holds, of rows g and g + 8, exactly the channels
+// 16 t .. 16 t + 15 of the chunk (chunk_channel), k-slot 16 kt + 8 h + 2 t + e as byte 2 e (row g) or 2 e + 1
+// (row g + 8) of the lane's word 2 kt + h (quant/repack.h). So bytes 4 kt .. 4 kt + 3 of the lane's 16 bytes of
+// row g (upper: row g + 8) are bytes 0, 2 (1, 3) of words w0 = 2 kt and w1 = 2 kt + 1: one byte permute.
+GRIMOIRE_HD uint32_t fp8_row_word(uint32_t w0, uint32_t w1, bool upper) {
+#if defined(__CUDA_ARCH__)
+    return __byte_perm(w0, w1, upper ? 0x7531u : 0x6420u);
+#else
+    const uint32_t sh = upper ? 8u : 0u;
+    return ((w0 >> sh) & 0xFFu) | (((w0 >> (16u + sh)) & 0xFFu) << 8) | (((w1 >> sh) & 0xFFu) << 16) |
+           (((w1 >> (16u + sh)) & 0xFFu) << 24);
+#endif
+}
+
 }  // namespace grimoire

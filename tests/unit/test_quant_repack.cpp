@@ -155,5 +155,40 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RepackFp8,
                          ::testing::Values(Fp8Case{16, 64, 128, 128}, Fp8Case{300, 260, 128, 128},
                                            Fp8Case{17, 1000, 1, 1000}, Fp8Case{50, 77, 50, 77}));
 
+// The W8A8 prefill's unpack (kernels/cuda quant_dequant.cuh unpack_fp8_chunk) reads a chunk-permuted FP8 tile back
+// in row order through tile_layout.h fp8_row_word: lane (g, t)'s 16 bytes of rows g and g + 8 must be the
+// checkpoint's codes of channels c * 64 + 16 t .. + 15, for every chunk of a weight with partial tiles.
+TEST(RepackFp8, RowWordsGiveTheCheckpointCodes) {
+    std::mt19937 rng(5);
+    Fp8Host h;
+    h.N = 40, h.K = 384, h.bn = 128, h.bk = 128;
+    h.w.resize(static_cast<size_t>(h.N * h.K));
+    for (auto& v : h.w) v = static_cast<uint8_t>(rng() % 0x7F | (rng() & 0x80));
+    h.scales.assign(static_cast<size_t>(1 * 3), 1.0f);
+    const PackedFp8 p = repack_fp8(h);
+    ASSERT_TRUE(chunk_permuted(p.bk, p.SG));
+    size_t bad = 0, checked = 0;
+    for (int64_t nt = 0; nt < p.NT; ++nt)
+        for (int64_t c = 0; c < p.KC; ++c)
+            for (int lane = 0; lane < 32; ++lane) {
+                const uint32_t* w = p.words.data() + (tile_index(nt, c, p.NT, p.KC) * 32 + lane) * 8;
+                const int g = lane >> 2, t = lane & 3;
+                for (int upper = 0; upper < 2; ++upper) {
+                    const int64_t n = nt * 16 + g + 8 * upper;
+                    if (n >= h.N) continue;
+                    for (int kt = 0; kt < 4; ++kt) {
+                        const uint32_t word = fp8_row_word(w[2 * kt], w[2 * kt + 1], upper != 0);
+                        for (int b = 0; b < 4; ++b) {
+                            const int64_t k = c * 64 + 16 * t + 4 * kt + b;
+                            bad += static_cast<uint8_t>(word >> (8 * b)) != h.w[static_cast<size_t>(n * h.K + k)];
+                            ++checked;
+                        }
+                    }
+                }
+            }
+    EXPECT_EQ(bad, 0u) << "of " << checked;
+    EXPECT_EQ(checked, h.w.size());
+}
+
 }  // namespace
 }  // namespace grimoire

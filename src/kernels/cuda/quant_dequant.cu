@@ -23,14 +23,14 @@ __global__ void random_bits_kernel(uint32_t* p, int64_t n, uint64_t seed, uint32
         p[i] = static_cast<uint32_t>(splitmix64(seed ^ splitmix64(static_cast<uint64_t>(i))) >> 16) & mask;
 }
 
-// One warp per chunk, chunks along K first within an n-tile (dequant_kernel's order).
+// One warp per chunk, chunks along K first within an n-tile (dequant_kernel's order: a block writes 512-byte runs
+// of its 16 rows).
 __global__ void __launch_bounds__(32 * kDqWarps) unpack_fp8_kernel(const Fp8Dev w, uint8_t* __restrict__ out) {
-    __shared__ __align__(16) uint8_t tiles[kDqWarps][16 * dq::kByteTileLd];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t chunk = static_cast<int64_t>(blockIdx.x) * kDqWarps + warp;
     if (chunk >= w.NT * w.KC) return;
     const int64_t nt = chunk / w.KC, c = chunk - nt * w.KC;
-    dq::unpack_fp8_chunk(w, out, tiles[warp], nt, c, dq::fp8_chunk_words(w, nt, c, lane), lane);
+    dq::unpack_fp8_chunk(w, out, nt, c, dq::fp8_chunk_words(w, nt, c, lane), lane);
 }
 
 }  // namespace
@@ -78,8 +78,9 @@ void dequant_fp8(const Fp8Dev& w, void* out, DType out_dtype, cudaStream_t s) {
 }
 
 void unpack_fp8(const Fp8Dev& w, uint8_t* out, cudaStream_t s) {
-    if (w.K % 128 != 0 || (reinterpret_cast<uintptr_t>(out) & 15) != 0)
-        throw Error("cuda unpack_fp8: needs K % 128 == 0 and a 16-byte aligned output (K " + std::to_string(w.K) + ")");
+    if (w.K % 128 != 0 || !chunk_permuted(w.bk, w.SG) || (reinterpret_cast<uintptr_t>(out) & 15) != 0)
+        throw Error("cuda unpack_fp8: needs K % 128 == 0, scale blocks of whole chunks and a 16-byte aligned output "
+                    "(K " + std::to_string(w.K) + ", bk " + std::to_string(w.bk) + ")");
     if (w.NT * w.KC == 0) return;
     const unsigned grid = static_cast<unsigned>((w.NT * w.KC + kDqWarps - 1) / kDqWarps);
     unpack_fp8_kernel<<<grid, 32 * kDqWarps, 0, s>>>(w, out);

@@ -155,32 +155,24 @@ __device__ __forceinline__ void dequant_fp8_chunk(
 }
 
 // The FP8 weight's codes back in the checkpoint's [N, K] row-major order (the A operand of the W8A8 prefill GEMM,
-// gemm_fp8_block.cu): the byte positions of dequant_fp8_chunk without the decode. A byte tile of 16 rows of 64
-// codes, its rows padded to 80 bytes so each 16-byte row segment stays aligned, then four 16-byte stores per row.
-// Needs K % 64 == 0 (the launcher checks K % 128, the GEMM's block).
-constexpr int kByteTileLd = 64 + 16;
-__device__ __forceinline__ void unpack_fp8_chunk(
-    const Fp8Dev& w, uint8_t* __restrict__ out, uint8_t* tile, int64_t nt, int64_t c, Fp8Words q, int lane) {
+// gemm_fp8_block.cu), for chunk-permuted weights (every 128 x 128-block one): lane (g, t) holds the chunk's
+// channels 16 t .. 16 t + 15 of rows g and g + 8 (tile_layout.h fp8_row_word), so each row goes out as one
+// 16-byte store after four byte permutes (a warp: 16 rows x 64 contiguous bytes).
+__device__ __forceinline__ void unpack_fp8_chunk(const Fp8Dev& w, uint8_t* __restrict__ out, int64_t nt, int64_t c,
+                                                 Fp8Words q, int lane) {
     const uint32_t words[8] = {q.q0.x, q.q0.y, q.q0.z, q.q0.w, q.q1.x, q.q1.y, q.q1.z, q.q1.w};
     const int g = lane >> 2, t = lane & 3;
-    const bool pc = chunk_permuted(w.bk, w.SG);
+    uint4 lo, hi;
+    uint32_t* l = &lo.x;
+    uint32_t* h = &hi.x;
 #pragma unroll
-    for (int kt = 0; kt < 4; ++kt)
-#pragma unroll
-        for (int b = 0; b < 8; ++b) {  // as dequant_fp8_chunk's F32 branch: byte b of the lane's kt-th pair
-            const int word = b >> 2, byte = b & 3;
-            const int r = g + 8 * (byte & 1), slot = kt * 16 + 2 * t + 8 * word + (byte >> 1);
-            tile[r * kByteTileLd + (pc ? chunk_channel(slot) : slot)] =
-                static_cast<uint8_t>(words[kt * 2 + word] >> (8 * byte));
-        }
-    __syncwarp();
-    for (int i = lane; i < 16 * 4; i += 32) {
-        const int r = i >> 2, part = i & 3;
-        const int64_t n = nt * 16 + r;
-        if (n < w.N)
-            *reinterpret_cast<uint4*>(out + n * w.K + c * 64 + part * 16) =
-                *reinterpret_cast<const uint4*>(tile + r * kByteTileLd + part * 16);
+    for (int kt = 0; kt < 4; ++kt) {
+        l[kt] = fp8_row_word(words[2 * kt], words[2 * kt + 1], false);
+        h[kt] = fp8_row_word(words[2 * kt], words[2 * kt + 1], true);
     }
+    const int64_t n = nt * 16 + g, k = c * 64 + 16 * t;
+    if (n < w.N) *reinterpret_cast<uint4*>(out + n * w.K + k) = lo;
+    if (n + 8 < w.N) *reinterpret_cast<uint4*>(out + (n + 8) * w.K + k) = hi;
 }
 
 // The two formats behind one kernel shape: Dev (the weight), Words (a lane's bytes of one chunk), words()
