@@ -1,20 +1,19 @@
 // The W8A8 FP8 prefill path of 128 x 128-block FP8 weights (quant.h unpack_fp8 / quant_act_fp8 /
 // gemm_fp8_block, CudaFp8Linear::prefill_parts under GRIMOIRE_FP8_GEMM=1) on the H200; skipped without a GPU,
-// and the GEMM tests also where cuBLASLt has no block-scaled FP8 (it is sm_90 only).
+// and the GEMM test also where cuBLASLt has no block-scaled FP8 (it is sm_90 only).
 //
 //   - The activation quantizer equals the CPU oracle (kernels/cpu/dequant.h quantize_act_fp8) code for code
-//   and
-//     scale for scale, padding rows included: both divide in IEEE fp32 and round to nearest even.
+//     and scale for scale, padding rows included: both divide in IEEE fp32 and round to nearest even.
 //   - unpack_fp8 gives back the checkpoint's codes byte for byte from the repacked tile layout.
 //   - The linear's prefill equals fp64 over the oracle's dequantized activations (e4m3(q) * s) and the exact
-//     dequantized weight. Tolerance 2^-8 * |want| + 2e-4 * sum|w x|: the BF16 output rounds by at most 2^-9
-//     relative and the FP8 tensor cores' in-block accumulation (~2^-13 of the block's magnitude) is well
-//     inside the second term; one wrong weight moves an output by ~sum|w x| / K >= 1e-3 of it at these K.
-//     Against the BF16-activation product instead it would fail by the activations' rounding (up to 2^-4
-//     each).
+//     dequantized weight, within 2^-8 * |want| + 1e-3 * sum|w x|. The BF16 output rounds by at most 2^-9
+//     relative; the FP8 tensor cores accumulate a 128-channel block with ~14 bits (DeepSeek-V3 report), a few
+//     2^-14 of the block's sum|w x| at worst. The codes are checked alone above, so what this test must catch
+//     are the scale layouts and the parts: a wrong scale (they vary 20x between blocks) or a wrong row moves
+//     outputs by tens of percent of |want|. Against the BF16-activation product the check would fail too, by
+//     the activations' rounding (up to 2^-4 each).
 //   - Direct parts (one GEMM each, written in place), the split fallback (parts off the 128-row blocks, M not
-//   a
-//     multiple of 4), scales padded to a multiple of 4 blocks (K / 128 = 5), and three runs bit-identical.
+//     a multiple of 4), scales padded to a multiple of 4 blocks (K / 128 = 5), and three runs bit-identical.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -175,7 +174,7 @@ void check_w8a8(CudaBackend& gpu,
         double worst_err = -1;
         for (size_t i = 0; i < got.size(); ++i) {
             const double err =
-                std::fabs(double(got[i]) - want[i]) - (std::ldexp(std::fabs(want[i]), -8) + 2e-4 * mag[i]);
+                std::fabs(double(got[i]) - want[i]) - (std::ldexp(std::fabs(want[i]), -8) + 1e-3 * mag[i]);
             if (std::isnan(got[i]) || err > 0) ++bad;
             if (std::isnan(got[i]) || err > worst_err) worst_err = std::isnan(got[i]) ? 1e30 : err, worst = i;
         }

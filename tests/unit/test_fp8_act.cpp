@@ -44,8 +44,7 @@ TEST(Fp8E4m3, EncoderMatchesExhaustiveSearch) {
                                  std::ldexp(1.0f, -10),
                                  std::ldexp(1.0f, -9),
                                  std::ldexp(3.0f, -10)};
-    // Every code, every midpoint between neighbouring codes (the ties), and the floats just either side of
-    // both.
+    // Every code, every midpoint between neighbouring codes (the ties), and the floats beside both.
     for (int c = 0; c < 0x7e; ++c) {
         const float lo = fp8_e4m3_to_f32(static_cast<uint8_t>(c)),
                     hi = fp8_e4m3_to_f32(static_cast<uint8_t>(c + 1));

@@ -1,6 +1,5 @@
-// Per-block FP8 quantization of activations (kernels/cpu/dequant.h quantize_act_fp8): the oracle of the CUDA
-// activation quantizer (kernels/cuda/quant_act_fp8.cu), which must match it code for code and scale for
-// scale.
+// Per-block FP8 quantization of activations (kernels/cpu/dequant.h quantize_act_fp8): the oracle the CUDA
+// quantizer (kernels/cuda/quant_act_fp8.cu) must match code for code and scale for scale.
 #include <algorithm>
 #include <cmath>
 
