@@ -11,6 +11,7 @@
 #include <cublasLt.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -36,7 +37,7 @@ void lt_check(cublasStatus_t st, const char* what) {
                     " (gemm_fp8_block)");
 }
 
-// The descriptors of one shape; scale pointers are attributes of the operation, set per call.
+// The descriptors of one shape; the scale pointers are attributes of the operation, set per call.
 struct Descs {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
@@ -71,23 +72,26 @@ struct Descs {
     Descs& operator=(const Descs&) = delete;
 };
 
+// One shape's descriptors and the heuristic's first choice for them, asked once: the engine asks at record
+// time, so a graph capture never waits on it. Operands are only promised 16-byte alignment (per-part
+// pointers, scratch).
 struct Plan {
     bool ok = false;
+    std::unique_ptr<Descs> ds;
     cublasLtMatmulAlgo_t algo{};
 };
 
-// The heuristic's first choice per (M4, N, K, workspace), asked once: the engine asks at record time, so a
-// graph capture never waits on it. Operands are only promised 16-byte alignment (per-part pointers, scratch).
-const Plan& plan_for(int64_t M4, int64_t N, int64_t K, size_t ws_bytes) {
-    static std::mutex mu;
+// Plans by (M4, N, K, workspace), and the lock that also covers a launch's use of a plan's descriptors (the
+// scale pointers are set on them per call).
+std::mutex plans_mu;
+
+Plan& plan_locked(int64_t M4, int64_t N, int64_t K, size_t ws_bytes) {
     static std::map<std::tuple<int64_t, int64_t, int64_t, size_t>, Plan> plans;
-    std::lock_guard<std::mutex> lock(mu);
     auto [it, fresh] = plans.try_emplace({M4, N, K, ws_bytes});
-    if (!fresh) return it->second;
     Plan& p = it->second;
-    if (!lt_handle() || M4 <= 0 || M4 % 4 || N <= 0 || N % 16 || K <= 0 || K % 128) return p;
+    if (!fresh || !lt_handle() || M4 <= 0 || M4 % 4 || N <= 0 || N % 16 || K <= 0 || K % 128) return p;
     try {
-        Descs ds(M4, N, K);
+        p.ds = std::make_unique<Descs>(M4, N, K);
         cublasLtMatmulPreference_t pref = nullptr;
         lt_check(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
         const uint32_t align = 16;
@@ -99,6 +103,7 @@ const Plan& plan_for(int64_t M4, int64_t N, int64_t K, size_t ws_bytes) {
             cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
         cublasLtMatmulHeuristicResult_t r{};
         int n = 0;
+        const Descs& ds = *p.ds;
         const cublasStatus_t st =
             cublasLtMatmulAlgoGetHeuristic(lt_handle(), ds.op, ds.a, ds.b, ds.d, ds.d, pref, 1, &r, &n);
         cublasLtMatmulPreferenceDestroy(pref);
@@ -113,19 +118,21 @@ const Plan& plan_for(int64_t M4, int64_t N, int64_t K, size_t ws_bytes) {
 }  // namespace
 
 bool gemm_fp8_block_ok(int64_t M4, int64_t N, int64_t K, size_t lt_ws_bytes) {
-    return plan_for(M4, N, K, lt_ws_bytes).ok;
+    std::lock_guard<std::mutex> lock(plans_mu);
+    return plan_locked(M4, N, K, lt_ws_bytes).ok;
 }
 
 void gemm_fp8_block(const Fp8BlockGemm& g, cudaStream_t s) {
-    const Plan& p = plan_for(g.M4, g.N, g.K, g.lt_ws_bytes);
+    const auto misaligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) != 0; };
+    if (misaligned(g.wq) || misaligned(g.xq) || misaligned(g.y) || misaligned(g.ws) || misaligned(g.xs))
+        throw Error("cuda gemm_fp8_block: operands and scales must be 16-byte aligned");
+    std::lock_guard<std::mutex> lock(plans_mu);
+    const Plan& p = plan_locked(g.M4, g.N, g.K, g.lt_ws_bytes);
     if (!p.ok)
         throw Error("cuda gemm_fp8_block: cuBLASLt has no block-scaled FP8 algorithm for M4 " +
                     std::to_string(g.M4) + ", N " + std::to_string(g.N) + ", K " + std::to_string(g.K) +
                     " on this device");
-    const auto misaligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) != 0; };
-    if (misaligned(g.wq) || misaligned(g.xq) || misaligned(g.y) || misaligned(g.ws) || misaligned(g.xs))
-        throw Error("cuda gemm_fp8_block: operands and scales must be 16-byte aligned");
-    Descs ds(g.M4, g.N, g.K);
+    const Descs& ds = *p.ds;
     lt_check(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.ws, sizeof(g.ws)),
              "A_SCALE_POINTER");
     lt_check(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.xs, sizeof(g.xs)),
