@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
         if (a == "--out") out_path = val();
         else if (a == "--commit") commit = val();
         else if (a == "--anchor") anchor_path = val();
-        else if (a == "--only") only = val();  // "<int4|fp8>:<shape>" (profiling runs)
+        else if (a == "--only") only = val();  // "<int4|fp8>:<shape>" (profiling runs), or a format's shapes
         else {
             std::fprintf(stderr, "usage: bench_quant_kernels [--out FILE] [--commit SHA] [--anchor FILE]\n");
             return 2;
@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
              std::initializer_list<std::pair<int, bool>>{{0, false}, {0, true}, {1, false}, {1, true}}) {
             const std::string fmt = fp8 ? "fp8" : "int4";
             for (const Shape& sh : shapes) {
-                if (!only.empty() && only != fmt + ":" + sh.name) continue;
+                if (!only.empty() && only != fmt + ":" + sh.name && only != fmt) continue;
                 if (pass == 1 && std::string(sh.name) != "gate_up") continue;
                 const size_t one = static_cast<size_t>(sh.N * sh.K) / (fp8 ? 1 : 2);
                 const int copies = static_cast<int>(std::max<size_t>(1, (rot_bytes + one - 1) / one));

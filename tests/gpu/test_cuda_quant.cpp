@@ -369,65 +369,6 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaQuantModel,
 namespace grimoire {
 namespace {
 
-// A weight's packed device copy and a qmm workspace for direct cuda::qmm_* calls, freed with the object.
-struct DirectQmm {
-    cuda::Int4Dev d4;
-    cuda::Fp8Dev d8;
-    cuda::QmmWorkspace ws;
-    std::vector<void*> owned;
-    DirectQmm() = default;
-    DirectQmm(const DirectQmm&) = delete;
-    DirectQmm& operator=(const DirectQmm&) = delete;
-    ~DirectQmm() {
-        for (void* p : owned) cudaFree(p);
-    }
-    void* up(const void* src, size_t bytes) {
-        void* d = nullptr;
-        EXPECT_EQ(cudaMalloc(&d, bytes), cudaSuccess);
-        EXPECT_EQ(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-        owned.push_back(d);
-        return d;
-    }
-    void workspace(int64_t N, int64_t K) {
-        size_t pb = 0;
-        int nc = 0;
-        cuda::qmm_workspace_need(N, K, &pb, &nc);
-        ws.partials = static_cast<float*>(up(std::vector<uint8_t>(pb).data(), pb)), ws.partial_bytes = pb;
-        ws.counters = static_cast<int*>(up(std::vector<int>(static_cast<size_t>(nc)).data(), static_cast<size_t>(nc) * 4));
-        ws.n_counters = nc;
-    }
-    void int4(const Int4Host& h) {
-        const PackedInt4 p = repack_int4(h);
-        d4.N = p.N, d4.K = p.K, d4.G = p.G, d4.group_size = p.group_size, d4.NT = p.NT, d4.KC = p.KC;
-        d4.scale_dtype = p.scale_type == ScaleType::F16    ? DType::F16
-                         : p.scale_type == ScaleType::BF16 ? DType::BF16
-                                                           : DType::F32;
-        d4.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
-        d4.scales = up(p.scales.data(), p.scales.size());
-        d4.zeros = p.zeros.empty() ? nullptr : static_cast<const uint8_t*>(up(p.zeros.data(), p.zeros.size()));
-        d4.perm = p.perm.empty() ? nullptr : static_cast<const int32_t*>(up(p.perm.data(), p.perm.size() * 4));
-        workspace(h.N, h.K);
-    }
-    void fp8(const Fp8Host& h) {
-        const PackedFp8 p = repack_fp8(h);
-        d8.N = p.N, d8.K = p.K, d8.NT = p.NT, d8.KC = p.KC, d8.bn = p.bn, d8.bk = p.bk, d8.SN = p.SN, d8.SG = p.SG;
-        d8.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
-        d8.scales = static_cast<const float*>(up(p.scales.data(), p.scales.size() * 4));
-        workspace(h.N, h.K);
-    }
-    // x [M, K] BF16 on the device (the values xv, already BF16-exact).
-    Tensor x_bf16(const std::vector<float>& xv, int64_t M, int64_t K) {
-        std::vector<uint16_t> xb(xv.size());
-        for (size_t i = 0; i < xv.size(); ++i) xb[i] = f32_to_bf16(xv[i]);
-        return Tensor(up(xb.data(), xb.size() * 2), DType::BF16, Device::CUDA, {M, K});
-    }
-    bool counters_zero() const {
-        std::vector<int> c(static_cast<size_t>(ws.n_counters));
-        EXPECT_EQ(cudaMemcpy(c.data(), ws.counters, c.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-        return std::count(c.begin(), c.end(), 0) == ws.n_counters;
-    }
-};
-
 // The stream-K split directly: a forced small grid makes grid blocks cover several column blocks and cut others
 // in the middle (whole, first-partial and last-partial segments in one launch), on an act-order asymmetric weight.
 TEST(CudaQmmStreamK, AnyGridSizeGivesTheSameResult) {

@@ -3,7 +3,8 @@
 // and the GEMM test also where cuBLASLt has no block-scaled FP8 (it is sm_90 only).
 //
 //   - The activation quantizer equals the CPU oracle (kernels/cpu/dequant.h quantize_act_fp8) code for code
-//     and scale for scale, padding rows included: both divide in IEEE fp32 and round to nearest even.
+//     and scale for scale, padding rows included: both take s and 1 / s in IEEE fp32 and round x * (1 / s) to
+//     nearest even.
 //   - unpack_fp8 gives back the checkpoint's codes byte for byte from the repacked tile layout.
 //   - The linear's prefill equals fp64 over the oracle's dequantized activations (e4m3(q) * s) and the exact
 //     dequantized weight, within 2^-8 * |want| + 1e-3 * sum|w x|. The BF16 output rounds by at most 2^-9
@@ -35,21 +36,6 @@
 
 namespace grimoire {
 namespace {
-
-// Activations with a different magnitude per 128-channel block (1e-3 .. 1e2), BF16-exact.
-std::vector<float> blocky_x(int64_t M, int64_t K, std::mt19937& rng) {
-    std::vector<float> x = test::rand_bf16(static_cast<size_t>(M * K), rng());
-    std::uniform_real_distribution<float> e(-3.0f, 2.0f);
-    for (int64_t m = 0; m < M; ++m)
-        for (int64_t b = 0; b < K / 128; ++b) {
-            const float mag = std::pow(10.0f, e(rng));
-            for (int64_t k = b * 128; k < (b + 1) * 128; ++k) {
-                float& v = x[static_cast<size_t>(m * K + k)];
-                v = bf16_to_f32(f32_to_bf16(v * mag));
-            }
-        }
-    return x;
-}
 
 struct DevBuf {
     void* p = nullptr;
@@ -142,14 +128,8 @@ void check_w8a8(CudaBackend& gpu,
                 const std::string& what) {
     const int64_t N = lin.out_features(), K = lin.in_features();
     const std::vector<float> xv = blocky_x(M, K, rng);
-    std::vector<uint8_t> xq(xv.size());
-    std::vector<float> xs(static_cast<size_t>(M * (K / 128))), xd(xv.size());
-    cpu::quantize_act_fp8(xv.data(), M, K, 128, xq.data(), xs.data());
-    for (size_t i = 0; i < xv.size(); ++i)
-        xd[i] = fp8_e4m3_to_f32(xq[i]) * xs[(i / static_cast<size_t>(K)) * static_cast<size_t>(K / 128) +
-                                            (i % static_cast<size_t>(K)) / 128];
     std::vector<double> want, mag;
-    test::host_matmul(xd, w, M, N, K, want, mag);
+    w8a8_oracle(xv, w, M, N, K, want, mag);
     Tensor x = test::put(gpu, xv, DType::BF16, {M, K});
     std::vector<Tensor> ys;
     for (int64_t wd : widths) ys.push_back(gpu.alloc_persistent(DType::BF16, {M, wd}));

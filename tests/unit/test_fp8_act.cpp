@@ -71,7 +71,7 @@ TEST(Fp8E4m3, EncoderMatchesExhaustiveSearch) {
 }
 
 // Each block's scale is its amax / 448, its largest element becomes +-448, and every code is the nearest
-// e4m3 value to x / s (no neighbour code is closer), on rows with blocks of very different magnitudes, a
+// e4m3 value to x * (1 / s) (no neighbour code is closer), on rows with blocks of very different magnitudes, a
 // block of zeros and a short last block.
 TEST(Fp8ActQuant, BlocksScaleToTheirMaximumAndRoundToNearest) {
     const int64_t M = 5, K = 3 * 128 + 37, B = 128, NB = 4;
@@ -98,7 +98,7 @@ TEST(Fp8ActQuant, BlocksScaleToTheirMaximumAndRoundToNearest) {
             EXPECT_EQ(sc, std::max(amax, cpu::kFp8ActMinAmax) / 448.0f) << "m " << m << " b " << b;
             bool hit_max = amax == 0;
             for (int64_t k = k0; k < k1; ++k) {
-                const float xv = x[static_cast<size_t>(m * K + k)], t = xv / sc;
+                const float xv = x[static_cast<size_t>(m * K + k)], t = xv * (1.0f / sc);
                 const uint8_t c = q[static_cast<size_t>(m * K + k)];
                 ASSERT_NE(c & 0x7f, 0x7f) << "NaN code at m " << m << " k " << k;
                 const double err = std::fabs(static_cast<double>(fp8_e4m3_to_f32(c)) - t);

@@ -20,7 +20,8 @@ void quantize_act_fp8(const float* x, int64_t M, int64_t K, int64_t block, uint8
             for (int64_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(xr[k]));
             const float s = std::max(amax, kFp8ActMinAmax) / 448.0f;
             scales[m * nb + b] = s;
-            for (int64_t k = k0; k < k1; ++k) q[m * K + k] = f32_to_fp8_e4m3(xr[k] / s);
+            const float r = 1.0f / s;
+            for (int64_t k = k0; k < k1; ++k) q[m * K + k] = f32_to_fp8_e4m3(xr[k] * r);
         }
     }
 }

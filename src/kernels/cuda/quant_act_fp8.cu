@@ -1,12 +1,10 @@
-// Per-block FP8 quantization of BF16 activations for the W8A8 FP8 prefill GEMM (gemm_fp8_block.cu): the same
-// formula as the CPU oracle (kernels/cpu/dequant.h quantize_act_fp8), code for code: s = max(amax, 1e-10) /
-// 448 and q = e4m3(x / s), both divisions IEEE round-to-nearest (__fdiv_rn, whatever the compile flags), the
-// conversion round-to-nearest-even and saturating (__NV_SATFINITE, as f32_to_fp8_e4m3).
+// Per-block FP8 quantization of BF16 activations for the W8A8 FP8 prefill GEMM (gemm_fp8_block.cu) and the
+// 2..16-row FP8-activation decode (quant_qmv.cuh F8X): fp8_act.cuh's block quantizer, the CPU oracle's formula
+// (kernels/cpu/dequant.h quantize_act_fp8) code for code.
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
-#include "kernels/cpu/dequant.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_act.cuh"
 #include "kernels/cuda/quant.h"
 
 namespace grimoire::cuda {
@@ -35,20 +33,10 @@ __global__ void __launch_bounds__(32 * kActWarps) quant_act_fp8_kernel(const __n
         return;
     }
     const uint2 raw = *reinterpret_cast<const uint2*>(x + m * K + kb * 128 + lane * 4);
-    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-    float amax = fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(b.x), fabsf(b.y)));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = __fdiv_rn(fmaxf(amax, cpu::kFp8ActMinAmax), 448.0f);
-    const float v[4] = {a.x, a.y, b.x, b.y};
-    uint32_t packed = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-        packed |= static_cast<uint32_t>(__nv_cvt_float_to_fp8(__fdiv_rn(v[i], s), __NV_SATFINITE, __NV_E4M3))
-                  << (8 * i);
+    float sc;
+    const uint32_t packed = fp8_act_block4(raw, sc);
     *qo = packed;
-    if (lane == 0) scales[kb * M4 + m] = s;
+    if (lane == 0) scales[kb * M4 + m] = sc;
 }
 
 }  // namespace
