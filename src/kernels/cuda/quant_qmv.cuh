@@ -581,39 +581,43 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // SSM: row g of the current group's table row (a running pointer: a loop-carried value is not recomputed).
     const float* sgrp = sst + (c0 / cpg) * BW + g;
     const uint32_t* zgrp = zst + (c0 / cpg) * BW + g;
-    // Chunk c (weights in slot s) into cur; `first`: the chunk opens a scale group whose cur was not zeroed,
-    // so its first mma takes no accumulator.
-    // F8X: chunk c (weights in slot s) into cur on the E4M3 mma.
+    // F8X: chunk c (weights in slot s) into cur on the E4M3 mma (instantiated only there: it reads two uint4
+    // per lane and n-tile).
     auto chunk_f8x = [&](int s, int c) {
-        const uint4(&w)[NTB][VEC] = wq[s];
-        // Word 2 kt + h of a lane's tile holds k-slots (kt, h) of rows g and g + 8 byte-interleaved
-        // (quant/repack.h); fp8_row_word gives row g's (upper: g + 8's) channels 16 t + 4 kt .. + 3 in order.
-        // mma step u takes the lane's channels 16 t + 8 u .. + 7: a0 / a2 = row g's first / second four,
-        // a1 / a3 row g + 8's, b0 / b1 x's same channels (words 2 u, 2 u + 1 of the lane's 16 codes).
-        uint32_t bx[NH][4];
+        (void)s, (void)c;
+        if constexpr (F8X) {
+            const uint4(&w)[NTB][VEC] = wq[s];
+            // Word 2 kt + h of a lane's tile holds k-slots (kt, h) of rows g and g + 8 byte-interleaved
+            // (quant/repack.h); fp8_row_word gives row g's (upper: g + 8's) channels 16 t + 4 kt .. + 3 in order.
+            // mma step u takes the lane's channels 16 t + 8 u .. + 7: a0 / a2 = row g's first / second four,
+            // a1 / a3 row g + 8's, b0 / b1 x's same channels (words 2 u, 2 u + 1 of the lane's 16 codes).
+            uint32_t bx[NH][4];
 #pragma unroll
-        for (int h = 0; h < NH; ++h) {
-            uint4 u = make_uint4(0u, 0u, 0u, 0u);
-            if (!MULTI || row_ok[h]) u = MULTI ? __ldg(xq_l[h] + c * 4) : xq_l[h][c * 4];
-            bx[h][0] = u.x, bx[h][1] = u.y, bx[h][2] = u.z, bx[h][3] = u.w;
-        }
-#pragma unroll
-        for (int j = 0; j < NTB; ++j) {
-            uint32_t lo[4], hi[4];
-#pragma unroll
-            for (int kt = 0; kt < 4; ++kt) {
-                const uint4& qq = w[j][kt >> 1];
-                const uint32_t w0 = (kt & 1) ? qq.z : qq.x, w1 = (kt & 1) ? qq.w : qq.y;
-                lo[kt] = fp8_row_word(w0, w1, false), hi[kt] = fp8_row_word(w0, w1, true);
+            for (int h = 0; h < NH; ++h) {
+                uint4 u = make_uint4(0u, 0u, 0u, 0u);
+                if (!MULTI || row_ok[h]) u = MULTI ? __ldg(xq_l[h] + c * 4) : xq_l[h][c * 4];
+                bx[h][0] = u.x, bx[h][1] = u.y, bx[h][2] = u.z, bx[h][3] = u.w;
             }
 #pragma unroll
-            for (int u = 0; u < 2; ++u)
+            for (int j = 0; j < NTB; ++j) {
+                uint32_t lo[4], hi[4];
 #pragma unroll
-                for (int h = 0; h < NH; ++h)
-                    mma_fp8(cur[j] + 4 * h, lo[2 * u], hi[2 * u], lo[2 * u + 1], hi[2 * u + 1], bx[h][2 * u],
-                            bx[h][2 * u + 1]);
+                for (int kt = 0; kt < 4; ++kt) {
+                    const uint4& qq = w[j][kt >> 1];
+                    const uint32_t w0 = (kt & 1) ? qq.z : qq.x, w1 = (kt & 1) ? qq.w : qq.y;
+                    lo[kt] = fp8_row_word(w0, w1, false), hi[kt] = fp8_row_word(w0, w1, true);
+                }
+#pragma unroll
+                for (int u = 0; u < 2; ++u)
+#pragma unroll
+                    for (int h = 0; h < NH; ++h)
+                        mma_fp8(cur[j] + 4 * h, lo[2 * u], hi[2 * u], lo[2 * u + 1], hi[2 * u + 1], bx[h][2 * u],
+                                bx[h][2 * u + 1]);
+            }
         }
     };
+    // Chunk c (weights in slot s) into cur; `first`: the chunk opens a scale group whose cur was not zeroed,
+    // so its first mma takes no accumulator.
     auto chunk_bf16 = [&](int s, int c, bool first) {
         // Slot s's weights: WSM reads back this lane's pieces once its group (the oldest of D) has landed.
         uint4 w[NTB][VEC];
