@@ -102,6 +102,13 @@ struct DirectQmm {
     }
 };
 
+// One glu part (QmmParts::glu): a stacked [gate; up] weight of N rows into h [M, N / 2] at `h`.
+inline cuda::QmmParts glu_parts(int64_t N, void* h) {
+    cuda::QmmParts parts;
+    parts.n = 1, parts.col[0] = 0, parts.col[1] = static_cast<int>(N), parts.data[0] = h, parts.glu = 1;
+    return parts;
+}
+
 // BF16-exact activations with a different magnitude per 128-channel block (1e-3 .. 1e2).
 inline std::vector<float> blocky_x(int64_t M, int64_t K, std::mt19937& rng) {
     std::vector<float> x = test::rand_bf16(static_cast<size_t>(M * K), rng());

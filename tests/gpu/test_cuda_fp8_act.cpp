@@ -128,8 +128,7 @@ TEST(CudaFp8Act, GluIsSiluOfTheSameSums) {
         ASSERT_EQ(cudaMemcpy(yb.data(), y.data, ny * 2, cudaMemcpyDeviceToHost), cudaSuccess);
         void* hd = q.up(std::vector<uint16_t>(nh, 0xFFFF).data(), nh * 2);
         Tensor ys(nullptr, DType::BF16, Device::CUDA, {M, N});  // shape and dtype only
-        cuda::QmmParts parts;
-        parts.n = 1, parts.col[0] = 0, parts.col[1] = static_cast<int>(N), parts.data[0] = hd, parts.glu = 1;
+        const cuda::QmmParts parts = glu_parts(N, hd);
         cuda::qmm_fp8(q.d8, x, ys, q.ws, nullptr, cuda::kQmmFp8Act, &parts);
         std::vector<uint16_t> hb(nh);
         ASSERT_EQ(cudaMemcpy(hb.data(), hd, nh * 2, cudaMemcpyDeviceToHost), cudaSuccess);

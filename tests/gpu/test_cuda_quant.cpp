@@ -512,8 +512,7 @@ TEST(CudaQmvBalanced, GluMatchesOracle) {
             const size_t nh = static_cast<size_t>(M * I);
             void* hd = q.up(std::vector<float>(nh, NAN).data(), nh * 4);
             Tensor y(nullptr, DType::F32, Device::CUDA, {M, N});  // shape and dtype only
-            cuda::QmmParts parts;
-            parts.n = 1, parts.col[0] = 0, parts.col[1] = static_cast<int>(N), parts.data[0] = hd, parts.glu = 1;
+            const cuda::QmmParts parts = glu_parts(N, hd);
             std::vector<double> want, mag;
             test::host_matmul(xv, w, M, N, K, want, mag);
             for (int rep = 0; rep < 3; ++rep) {
