@@ -6,8 +6,6 @@
 #   qwen35_27b_bf16.json       the benchmark record (bench/results/ format)
 #   quant_kernels.json, qwen35_27b_int4.json, qwen35_27b_fp8.json   the quantized-kernel and 27B INT4/FP8 records
 #   qmv_variants.json          the one-row kernel's variants, ablations and floors (bench/gpu/bench_qmv_variants.cu)
-#   qmv_balanced.json, quant_kernels_bal1.json, qwen35_27b_{gptq,fp8}_bal{0,1}.json   the balanced kernel's
-#                              variants, the kernel record with it on, and the 27B decode A/B
 #   dequant_variants.json      the prefill dequantization pass's variants (bench/gpu/bench_dequant_variants.cu)
 #   nvidia-smi.txt             the card as found
 #   run_<model>_<device>.txt   greedy ids of `grimoire run` on models/demo(-gptq-int4), CPU against CUDA
@@ -47,7 +45,7 @@ head -15 "$OUT/nvidia-smi.txt"
 COMMIT=${GRIMOIRE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 status=0
-# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, bal, w8a8, f8mma, e2e),
+# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, w8a8, f8mma, e2e),
 # default all.
 # A device command is limited in time: the sections can be split over calls.
 want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
@@ -84,8 +82,6 @@ if want tests; then
     # Session 17's launch order and one-row dispatch switched off (the projection launched ahead of add_rmsnorm,
     # the qmv kernel's early dependents' launch, the staged blocks from 4 to 8 n-tiles per SM).
     rerun ahead0 GRIMOIRE_PDL_AHEAD=0 GRIMOIRE_QMV_EARLY=0 GRIMOIRE_QMV_MID=0 -- test_cuda_model test_cuda_graph_segments test_cuda_quant
-    # The balanced one-row kernel (quant_qmv_bal.cuh, opt-in) on every weight it takes, through the dispatch.
-    rerun bal1 GRIMOIRE_QMV_BAL=1 -- test_cuda_quant test_cuda_model test_cuda_quant_stack
     # The W8A8 FP8 prefill (opt-in; test_cuda_w8a8 forces it itself): the model-level tests with it on, whose
     # oracles keep BF16 activations.
     rerun w8a8 GRIMOIRE_FP8_GEMM=1 -- test_cuda_quant_stack test_cuda_model
@@ -138,34 +134,6 @@ if want variants; then
     echo "== the prefill path's dequantization pass: variants, alone and with the cuBLAS GEMM at M = 512"
     timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_dequant_variants" --commit "$COMMIT" \
         --out "$OUT/dequant_variants.json" || status=1
-fi
-if want bal; then
-    # The balanced one-row kernel (quant_qmv_bal.cuh) against the blocks qmm.cu launches by default: its variants
-    # on the 27B one-row shapes, then the 27B decode with it off / on, alternated.
-    echo "== balanced one-row kernel: variants and the 27B decode A/B (GRIMOIRE_QMV_BAL=0/1)"
-    only=""
-    for sh in down o_proj gdn_qkv q_gate qkvz qgkv gate_up; do
-        for v in msum_ssm_ntb1_d4 msum_ssm_ntb2_d2 msum_ssm_ntb2_d2_mb4 bal_d4_w24 bal_d6_w24 bal_d4_w12x2 bal_d4_w24_xw \
-            library; do
-            only="$only,int4_m1_${sh}_$v"
-        done
-        for v in bal_d2_w24 bal_d4_w24 bal_d2_w12x2 bal_d2_w24_xw library multi_ntb2_d3; do only="$only,fp8_m1_${sh}_$v"; done
-    done
-    timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" --commit "$COMMIT" --only "${only#,}" \
-        --shapes down:5120:17408,o_proj:5120:6144,gdn_qkv:10240:5120,q_gate:12288:5120,qkvz:16384:5120,qgkv:14336:5120,gate_up:34816:5120 \
-        --out "$OUT/qmv_balanced.json" || status=1
-    # The kernel record (bench_quant_kernels, its torch anchor in the same call) through the dispatch with it on.
-    python3 bench/gpu/anchor_torch_int4.py --out "$OUT/anchor_bal.json" || echo "anchor failed (no torch?)"
-    GRIMOIRE_QMV_BAL=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --anchor "$OUT/anchor_bal.json" \
-        --commit "$COMMIT" --out "$OUT/quant_kernels_bal1.json" || status=1
-    for q in gptq fp8; do
-        for v in 0 1 0 1; do
-            echo "-- $q GRIMOIRE_QMV_BAL=$v"
-            GRIMOIRE_QMV_BAL=$v timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
-                --quant "$q" --prefill-tokens 512 --decode-steps 32 --contexts 512 --commit "$COMMIT" \
-                --out "$OUT/qwen35_27b_${q}_bal$v.json" || status=1
-        done
-    done
 fi
 if want w8a8; then
     # The W8A8 FP8 prefill (GRIMOIRE_FP8_GEMM=1: cuBLASLt's block-scaled FP8 GEMM) against the default dequant +

@@ -37,7 +37,6 @@
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/quant.h"
 #include "kernels/cuda/quant_qmv.cuh"
-#include "kernels/cuda/quant_qmv_bal.cuh"
 #include "kernels/cuda/quant_qmv_sk.cuh"
 
 namespace gc = grimoire::cuda;
@@ -359,29 +358,6 @@ Variant sk_variant(const char* name) {
             }};
 }
 
-// The balanced kernel (quant_qmv_bal.cuh; INT4 g128 symmetric, F16 scales, or FP8; NH 0: one row, 1 / 2:
-// 2..8 / 9..16 rows): BPS blocks per SM of the (n-tile, part of K) units, with its own partials and per-n-tile
-// counters. Not bit-comparable (the split n-tiles add two partial sums): checked against the reference within a
-// tolerance. Weights it does not fit are skipped (the check reports them).
-template <bool FP8, int D, int MAXW, int BPS, int NH = 0, bool XW = false>
-Variant bal_variant(const char* name) {
-    auto ws = std::make_shared<OwnWs>();
-    auto k = qmm::qmv_bal_kernel<FP8, false, FP8 ? 4 : 2, D, MAXW, BPS, NH, false, XW>;
-    allow_qmv_smem(k);
-    return {name, false, nullptr, 1, 0, 0, [ws, k](const Args& a0) {
-                ws->ensure(static_cast<size_t>(248320 / 16) * 32 * 16);
-                Args a = a0;
-                a.partials = ws->partials, a.counters = ws->counters;
-                const int nb = ws->sms * BPS;
-                a.kparts = qmm::qmv_bal_parts(a, FP8, nb, MAXW);
-                if (a.kparts == 0) return;  // not this weight's form: the check reports it
-                const int warps = (a.NT * a.kparts + nb - 1) / nb;
-                gc::launch_pdl_if(true, k, dim3(static_cast<unsigned>(nb)), dim3(static_cast<unsigned>(32 * warps)),
-                                  NH == 0 ? static_cast<size_t>(a.KC) * 128 : 0, nullptr, a);
-                check(cudaGetLastError(), "launch");
-            }};
-}
-
 // Whether tag contains one of the comma-separated substrings of `list` (--only).
 bool matches_any(const std::string& tag, const std::string& list) {
     size_t at = 0;
@@ -487,12 +463,6 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, false, 1, 4, 3, qmm::kQmvPf1 | qmm::kQmvPf2, true>("ssm_ntb1_d4_pf3"),
                      // Warp-granular stream-K (quant_qmv_sk.cuh): chunks in flight, blocks per SM.
                      sk_variant<4, 4>("sk_d4_mb4"),
-                     // Balanced (n-tile, eighth) units per SM (quant_qmv_bal.cuh): one block of up to 24 warps
-                     // per SM, or two of up to 12; chunks in flight.
-                     bal_variant<false, 4, 24, 1>("bal_d4_w24"),
-                     bal_variant<false, 6, 24, 1>("bal_d6_w24"),
-                     bal_variant<false, 4, 12, 2>("bal_d4_w12x2"),
-                     bal_variant<false, 4, 24, 1, 0, true>("bal_d4_w24_xw"),  // each warp stages its own x
                      sk_variant<6, 4>("sk_d6_mb4"),
                      sk_variant<8, 3>("sk_d8_mb3"),  // qmm.cu's (80 registers)
                      sk_variant<12, 2>("sk_d12_mb2"),
@@ -541,7 +511,6 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
                      kernel_variant<false, true, 2, 3, 4, 0, true>("ssm_ntb2_d3_mb4"),
                      kernel_variant<false, true, 2, 2, 4, 0, true>("ssm_ntb2_d2_mb4"),
-                     bal_variant<false, 4, 20, 1, 1>("bal_d4_w20"),  // quant_qmv_bal.cuh
                  }});
     // 8 rows: the qmv kernel's variants and the library's dispatch.
     g.push_back({"int4_m8",
@@ -555,7 +524,6 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 2, 4, 3, 0, true, 8>("ssm_ntb2_d4"),
                      kernel_variant<false, true, 2, 3, 4, 0, true, 8>("ssm_ntb2_d3_mb4"),
                      kernel_variant<false, true, 2, 2, 4, 0, true, 8>("ssm_ntb2_d2_mb4"),
-                     bal_variant<false, 4, 20, 1, 1>("bal_d4_w20"),  // quant_qmv_bal.cuh
                      library<false>("library"),
                  }});
     // 16 rows: each A fragment meets two B operands (MAXM = 16).
@@ -567,8 +535,6 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 1, 4, 3, 0, true, 16>("ssm_ntb1_d4"),
              kernel_variant<false, true, 2, 3, 3, 0, true, 16>("ssm_ntb2_d3"),
              kernel_variant<false, true, 2, 3, 2, 0, true, 16>("ssm_ntb2_d3_mb2"),  // qmm.cu: no spills
-             bal_variant<false, 4, 20, 1, 2>("bal_d4_w20"),  // quant_qmv_bal.cuh
-             bal_variant<false, 2, 20, 1, 2>("bal_d2_w20"),
              kernel_variant<false, true, 1, 3, 3, 0, true, 16>("ssm_ntb1_d3"),
              kernel_variant<false, true, 1, 2, 3, 0, true, 16>("ssm_ntb1_d2"),
              kernel_variant<false, true, 2, 2, 3, 0, true, 16>("ssm_ntb2_d2"),
@@ -609,7 +575,6 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, true, 1, 4, 3>("ntb1_d4"),
                      kernel_variant<true, true, 2, 3, 3>("ntb2_d3"),
                      kernel_variant<true, true, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
-                     bal_variant<true, 2, 20, 1, 1>("bal_d2_w20"),  // quant_qmv_bal.cuh
                      library<true>("library"),
                  }});
     g.push_back({"fp8_m8",
@@ -627,7 +592,6 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, true, 1, 4, 3, 0, false, 16>("ntb1_d4"),
                      kernel_variant<true, true, 2, 2, 3, 0, false, 16>("ntb2_d2"),
                      kernel_variant<true, true, 1, 2, 3, 0, false, 16>("ntb1_d2"),
-                     bal_variant<true, 2, 20, 1, 2>("bal_d2_w20"),  // quant_qmv_bal.cuh
                      library<true>("library"),
                  }});
     g.push_back({"fp8_m1",
@@ -659,11 +623,6 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
                      kernel_variant<true, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
                      traced<true, false, 1, 4, 3>("ntb1_d4"),
-                     // Balanced (n-tile, eighth) units per SM (quant_qmv_bal.cuh), two or four chunks in flight.
-                     bal_variant<true, 2, 24, 1>("bal_d2_w24"),
-                     bal_variant<true, 4, 24, 1>("bal_d4_w24"),
-                     bal_variant<true, 2, 12, 2>("bal_d2_w12x2"),
-                     bal_variant<true, 2, 24, 1, 0, true>("bal_d2_w24_xw"),
                      {"loads_ntb1_d2", false, loads_only<1, 2, 2>, 1, 0, 0, {}},
                      {"loads_ntb1_d4", false, loads_only<1, 4, 2>, 1, 0, 0, {}},
                      {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},

@@ -95,11 +95,6 @@ struct DirectQmm {
         for (size_t i = 0; i < xv.size(); ++i) xb[i] = f32_to_bf16(xv[i]);
         return Tensor(up(xb.data(), xb.size() * 2), DType::BF16, Device::CUDA, {M, K});
     }
-    bool counters_zero() const {
-        std::vector<int> c(static_cast<size_t>(ws.n_counters));
-        EXPECT_EQ(cudaMemcpy(c.data(), ws.counters, c.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-        return std::count(c.begin(), c.end(), 0) == ws.n_counters;
-    }
 };
 
 // One glu part (QmmParts::glu): a stacked [gate; up] weight of N rows into h [M, N / 2] at `h`.

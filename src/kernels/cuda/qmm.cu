@@ -6,7 +6,6 @@
 
 #include "kernels/cuda/quant_mma_tma.cuh"
 #include "kernels/cuda/quant_qmv.cuh"
-#include "kernels/cuda/quant_qmv_bal.cuh"
 
 namespace grimoire::cuda {
 
@@ -24,8 +23,7 @@ int device_sms() {
 
 // Partials: [grid block][2][M][kColBlock] f32 for at most kMaxBlocksPerSm blocks per SM, then the BF16 copy
 // of x [M][K rounded to 64] when x needs converting, the act-order gather or the qmv kernel's fragment order;
-// counters: one per n-tile (the balanced kernel's split n-tiles, quant_qmv_bal.cuh; the stream-K kernels use
-// one per column block, the first NT / 16).
+// counters: one per column block of the stream-K kernels (the first NT / 16 of one per n-tile).
 constexpr int kMaxBlocksPerSm = 8;
 
 size_t partials_region() {
@@ -224,57 +222,8 @@ bool qmv_mid() {
     return on;
 }
 
-// One to sixteen rows of a weight of up to ~24 n-tiles per SM (27B down_proj and o_proj: 320 n-tiles on 132
-// SMs) on the balanced kernel (quant_qmv_bal.cuh): one block per SM of its share of the (n-tile, part-of-K)
-// units, where the one- and two-tile blocks leave some SMs a block more than others. Opt-in (GRIMOIRE_QMV_BAL=1,
-// or a launch with kQmmBalanced: Args::kparts < 0 on entry) until measured on the card; it was written in a
-// session without one.
-bool qmv_bal_on() {
-    static const bool on = [] {
-        const char* e = std::getenv("GRIMOIRE_QMV_BAL");
-        return e && e[0] == '1';
-    }();
-    return on;
-}
-// Warps per block: one row 24 (80 registers); 2..16 rows 20 (up to 102).
-int bal_max_warps(int M) {
-    return M == 1 ? 24 : 20;
-}
-template <class Kernel>
-void launch_bal_kernel(Kernel kernel, qmm::Args& a, int units, int nb, size_t smem, cudaStream_t s) {
-    static const bool attr_set = [&] {
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(qmm::kQmvMaxSmem));
-        return true;
-    }();
-    (void)attr_set;
-    const int warps = (units + nb - 1) / nb;
-    launch_ex(kernel, a, nb, 32 * warps, smem, device_is_hopper(), s);
-}
-// GLU: a stacked [gate; up] weight into h = silu(g) * u (QmmParts::glu), two n-tiles per warp at half the
-// depth (the two-tile blocks' registers).
-template <bool FP8, bool ASYM, int SSZ, bool GLU = false>
-bool launch_qmv_bal(qmm::Args& a, cudaStream_t s) {
-    const int nb = qmm::device_sms();
-    // 2..16 rows with conv parts: the other kernels' blocks run each column's tokens in order (qmm_conv_ok).
-    const bool want = (qmv_bal_on() || a.kparts < 0) && !(a.M > 1 && a.parts.conv);
-    a.kparts = want ? qmm::qmv_bal_parts(a, FP8, nb, bal_max_warps(a.M), GLU) : 0;
-    if (a.kparts == 0) return false;
-    constexpr int D = FP8 || GLU ? 2 : 4;  // chunks in flight per warp: the one- / two-tile blocks' depth
-    const int units = (GLU ? a.NT / 2 : a.NT) * a.kparts;
-    if (a.M == 1)
-        launch_bal_kernel(qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, 24, 1, 0, GLU>, a, units, nb,
-                          static_cast<size_t>(a.KC) * 128, s);
-    else if (a.M <= 8)
-        launch_bal_kernel(qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, 20, 1, 1, GLU>, a, units, nb, 0, s);
-    else
-        launch_bal_kernel(qmm::qmv_bal_kernel<FP8, ASYM, SSZ, D, 20, 1, 2, GLU>, a, units, nb, 0, s);
-    return true;
-}
-
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
-    if (launch_qmv_bal<FP8, ASYM, SSZ>(a, s)) return;
     const bool two = a.NT >= 4 * qmm::device_sms(), wide = a.NT >= 8 * qmm::device_sms();
     // Session 12 (x staged by cp.async, overlapped with the table): INT4 one row on weights of at least 8
     // n-tiles per SM takes the staged two-tile blocks at four per SM (64 registers, warp-local staging; same
@@ -360,7 +309,6 @@ bool qmv_route(const qmm::Args& a, bool fp8, bool asym, int forced_blocks) {
 // nearest two-tile form. Not offered for FP8 above 8 rows (its only 9..16-row form has one-tile blocks).
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_glu(qmm::Args& a, cudaStream_t s) {
-    if (launch_qmv_bal<FP8, ASYM, SSZ, true>(a, s)) return;
     const bool two = a.NT >= 4 * qmm::device_sms(), wide = a.NT >= 8 * qmm::device_sms();
     if constexpr (!FP8) {
         if (a.M == 1 && wide && a.ldx % 64 == 0) return launch_qmv_row<ASYM, SSZ, 2, 2, 4>(a, s);
@@ -550,7 +498,6 @@ bool qmm_prepare(const char* op,
         return e && e[0] == '1' ? 1 : 0;
     }();
     a.early = early;
-    a.kparts = forced == kQmmBalanced ? -1 : 0;
     if (parts && parts->glu && (parts->n != 1 || N % 32 != 0 || !qmm_glu_ok(fp8, asym, M, N, K, gs, G)))
         throw Error(std::string("cuda ") + op + ": glu parts need one part, N a multiple of 32 and qmm_glu_ok");
     if (parts && parts->n > 0) {
@@ -618,12 +565,6 @@ qmm::Args shape_args(bool fp8, int64_t M, int64_t N, int64_t K, int64_t group_si
     return a;
 }
 }  // namespace
-
-int qmm_balanced_parts(bool fp8, int64_t M, int64_t N, int64_t K, int64_t group_size, int64_t G, bool glu) {
-    if (M < 1 || M > kQmmMaxM || N <= 0 || K <= 0 || N > (1 << 30) || K > (1 << 30)) return 0;
-    const qmm::Args a = shape_args(fp8, M, N, K, group_size, G);
-    return qmm::qmv_bal_parts(a, fp8, qmm::device_sms(), bal_max_warps(a.M), glu);
-}
 
 bool qmm_fp8_act_ok(int64_t M, int64_t N, int64_t K, int64_t block_n, int64_t block_k) {
     if (M < 1 || M > kQmmMaxM || N <= 0 || K <= 0 || N > (1 << 30) || K > (1 << 30)) return false;

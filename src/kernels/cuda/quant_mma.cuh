@@ -113,7 +113,6 @@ struct Args {
     int xoff, soff, zoff, stage;  // byte offsets in one ring stage, and its size
     int nstage;                   // TMA kernel (quant_mma_tma.cuh): ring stages
     int early;  // let the next grid launch at this one's start (see pdl_enter in common.cuh)
-    int kparts;  // the balanced one-row kernel (quant_qmv_bal.cuh): parts of K per n-tile
     // FP8 activations (quant_qmv.cuh F8X, 2..16 rows): x's e4m3 codes [M4][K] and per-128-channel scales
     // [K / 128][M4] f32 as quant_act_fp8 writes them (one row quantizes x itself).
     const uint8_t* xq;
