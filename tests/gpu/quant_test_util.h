@@ -1,6 +1,6 @@
 // Shared by the quantized-weight GPU tests: a fresh seed per run (printed, so a failure can be replayed),
 // random FP8 weights in the canonical host form, a packed device copy for direct cuda::qmm_* calls, and the
-// W8A8 oracle of the FP8-activation paths.
+// W8A8 oracle of the FP8 prefill path.
 #pragma once
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -96,13 +96,6 @@ struct DirectQmm {
         return Tensor(up(xb.data(), xb.size() * 2), DType::BF16, Device::CUDA, {M, K});
     }
 };
-
-// One glu part (QmmParts::glu): a stacked [gate; up] weight of N rows into h [M, N / 2] at `h`.
-inline cuda::QmmParts glu_parts(int64_t N, void* h) {
-    cuda::QmmParts parts;
-    parts.n = 1, parts.col[0] = 0, parts.col[1] = static_cast<int>(N), parts.data[0] = h, parts.glu = 1;
-    return parts;
-}
 
 // BF16-exact activations with a different magnitude per 128-channel block (1e-3 .. 1e2).
 inline std::vector<float> blocky_x(int64_t M, int64_t K, std::mt19937& rng) {

@@ -37,9 +37,8 @@ void matmul_fp8(const float* x, const Fp8Weights& w, int64_t T, float* out);    
 // FP8Linear does before its block-scaled matmul): each row of x is cut into blocks of `block` channels, and each
 // block gets s = max(amax, kFp8ActMinAmax) / 448 and q = e4m3(x * (1 / s)) (IEEE fp32 division and reciprocal,
 // round to nearest even, saturating). The floor on amax keeps an all-zero block at zero codes where 0 / 0 would
-// give NaN. The reciprocal, as vLLM's per-token-group quantizer has it, keeps the one-row FP8 decode kernel's
-// own quantizer (quant_qmv.cuh F8X, which each block runs over its share of x) at one multiply per channel;
-// x / s differs from it only where the quotient lies within an fp32 ulp or two of a code midpoint.
+// give NaN. The reciprocal is vLLM's per-token-group quantizer's form (one multiply per channel); x / s
+// differs from it only where the quotient lies within an fp32 ulp or two of a code midpoint.
 // x [M, K] f32; q [M, K] e4m3; scales [M, ceil(K / block)] f32, a multiplier (x ~= e4m3(q) * s).
 constexpr float kFp8ActMinAmax = 1e-10f;
 void quantize_act_fp8(const float* x, int64_t M, int64_t K, int64_t block, uint8_t* q, float* scales);

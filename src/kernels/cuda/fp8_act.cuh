@@ -1,7 +1,5 @@
-// The FP8 activation quantizer's device form, shared by quant_act_fp8.cu (the W8A8 prefill and the 2..16-row
-// FP8-activation decode, quant_qmv.cuh F8X) and the one-row F8X kernel, which quantizes x itself while
-// staging it: both must give the CPU oracle's codes (kernels/cpu/dequant.h quantize_act_fp8), so a row's
-// codes do not depend on how many rows were batched with it.
+// The FP8 activation quantizer's device form (quant_act_fp8.cu, the W8A8 prefill's activations): it must give
+// the CPU oracle's codes (kernels/cpu/dequant.h quantize_act_fp8).
 #pragma once
 
 #include <cuda_bf16.h>

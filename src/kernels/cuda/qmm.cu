@@ -30,19 +30,10 @@ size_t partials_region() {
     return static_cast<size_t>(qmm::device_sms()) * kMaxBlocksPerSm * 2 * kQmmMaxM * qmm::kColBlock * 4;
 }
 
-// After the BF16 x copy: FP8 activations for 2..16 rows of the F8X kernel (quant_qmv.cuh), codes [16][K] and
-// scales [K / 128][16] f32.
-size_t x_copy_bytes(int64_t K) {
-    return static_cast<size_t>(kQmmMaxM) * static_cast<size_t>((K + 63) / 64 * 64) * 2;
-}
-size_t f8x_codes_bytes(int64_t K) {
-    return (static_cast<size_t>(kQmmMaxM) * static_cast<size_t>(K) + 15) / 16 * 16;
-}
-
 void qmm_workspace_need(int64_t N, int64_t K, size_t* partial_bytes, int* n_counters) {
     const int64_t NT = (N + 15) / 16;
-    *partial_bytes = partials_region() + x_copy_bytes(K) + f8x_codes_bytes(K) +
-                     static_cast<size_t>(kQmmMaxM) * static_cast<size_t>((K + 127) / 128) * 4;
+    *partial_bytes =
+        partials_region() + static_cast<size_t>(kQmmMaxM) * static_cast<size_t>((K + 63) / 64 * 64) * 2;
     *n_counters = static_cast<int>(NT);
 }
 
@@ -161,12 +152,10 @@ size_t qmv_launch_smem(const qmm::Args& a, bool fp8, bool asym) {
     return qmv_ssm(fp8) ? qmm::qmv_smem_ssm(a, 2, asym, staged) : qmm::qmv_smem(a, staged);
 }
 
-// F8X: the FP8-activation form (quant_qmv.cuh; launch_qmv_f8x).
-template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI, int MAXM = 8, int STAGE = 0,
-          bool F8X = false>
+template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI, int MAXM = 8, int STAGE = 0>
 void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     constexpr bool kSsm = qmv_ssm(FP8);
-    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, STAGE, kSsm, MAXM, false, false, F8X>;
+    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, STAGE, kSsm, MAXM>;
     static const bool attr_set = [&] {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(qmm::kQmvMaxSmem));
@@ -326,44 +315,9 @@ void launch_qmv_glu(qmm::Args& a, cudaStream_t s) {
     launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s);
 }
 
-// FP8 weights on the E4M3 mma with x quantized per 128 channels (quant_qmv.cuh F8X): opt-in
-// (GRIMOIRE_FP8_MMA=1, or a launch with kQmmFp8Act) until measured on the card; it was written in a session
-// without one. It takes 128 x 128 scale blocks and K a multiple of 128, on sm_90.
-bool qmv_f8x_on() {
-    static const bool on = [] {
-        const char* e = std::getenv("GRIMOIRE_FP8_MMA");
-        return e && e[0] == '1';
-    }();
-    return on;
-}
-bool f8x_takes(const qmm::Args& a) {
-    return a.bn == 128 && a.gs == 128 && a.K % 128 == 0 && device_is_hopper();
-}
-template <int NTB, int DEPTH, int MINB, bool MULTI, int MAXM = 8>
-void launch_qmv_f8x_m(qmm::Args& a, cudaStream_t s) {
-    launch_qmv_m<true, false, 4, NTB, DEPTH, MINB, MULTI, MAXM, 0, true>(a, s);
-}
-// Block shapes as launch_qmv_ssz gives the BF16-activation FP8 form, except that one row always takes the staged
-// one-tile blocks (the form that holds x in shared memory, where each warp quantizes its groups of it), with
-// the dependents launched at the blocks' end as FP8 one row there; 2..8 rows two-tile blocks from 4 n-tiles per
-// SM (and for glu parts), else one-tile; 9..16 rows one-tile.
-void launch_qmv_f8x(qmm::Args& a, cudaStream_t s) {
-    const bool two = a.NT >= 4 * qmm::device_sms();
-    if (a.M == 1) {
-        a.early = 0;
-        return launch_qmv_f8x_m<1, 4, 3, false>(a, s);
-    }
-    if (a.M > 8) return launch_qmv_f8x_m<1, 4, 3, true, 16>(a, s);
-    if (two || a.parts.glu) return launch_qmv_f8x_m<2, 3, 3, true>(a, s);
-    launch_qmv_f8x_m<1, 4, 3, true>(a, s);
-}
-
 // The scale width is a template parameter (the kernel's scale loads); FP8 scales are always f32.
 template <bool FP8, bool ASYM>
 void launch_qmv(qmm::Args& a, cudaStream_t s) {
-    if constexpr (FP8) {
-        if (a.xm4 > 0) return launch_qmv_f8x(a, s);
-    }
     if (a.parts.glu) {
         if constexpr (FP8)
             launch_qmv_glu<FP8, ASYM, 4>(a, s);
@@ -566,13 +520,6 @@ qmm::Args shape_args(bool fp8, int64_t M, int64_t N, int64_t K, int64_t group_si
 }
 }  // namespace
 
-bool qmm_fp8_act_ok(int64_t M, int64_t N, int64_t K, int64_t block_n, int64_t block_k) {
-    if (M < 1 || M > kQmmMaxM || N <= 0 || K <= 0 || N > (1 << 30) || K > (1 << 30)) return false;
-    qmm::Args a = shape_args(true, M, N, K, block_k, (K + block_k - 1) / block_k);
-    a.bn = static_cast<int>(block_n);
-    return f8x_takes(a) && qmv_route(a, true, false, 0);
-}
-
 int qmm_dtype_code(DType t) {
     return t == DType::F32 ? kF32 : t == DType::BF16 ? kBF16 : t == DType::F16 ? kF16 : -1;
 }
@@ -624,19 +571,6 @@ void qmm_fp8(const Fp8Dev& w,
     a.words = w.words, a.scales = w.scales, a.zeros = nullptr;
     a.bn = static_cast<int>(w.bn), a.SG = static_cast<int>(w.SG);
     a.sdt = kF32, a.ssz = 4;
-    // F8X (quant_qmv.cuh): 2..16 rows quantize x first into the workspace, one row in the kernel. a.xm4 > 0
-    // marks the route for launch_qmv.
-    if ((forced == kQmmFp8Act || qmv_f8x_on()) && f8x_takes(a) && qmv_route(a, true, false, forced)) {
-        a.xm4 = (a.M + 3) / 4 * 4;
-        if (a.M > 1) {
-            char* base = reinterpret_cast<char*>(ws.partials) + partials_region() + x_copy_bytes(w.K);
-            uint8_t* xq = reinterpret_cast<uint8_t*>(base);
-            float* xsc = reinterpret_cast<float*>(base + f8x_codes_bytes(w.K));
-            const Tensor xt(const_cast<uint16_t*>(a.x), DType::BF16, Device::CUDA, {a.M, w.K});
-            quant_act_fp8(xt, a.xm4, xq, xsc, s);
-            a.xq = xq, a.xsc = xsc;
-        }
-    }
     launch_gk<true, false>(a, ws, forced, s);
     check_launch("qmm_fp8");
 }

@@ -85,14 +85,6 @@ bool qmm_glu_ok(bool fp8, bool asym, int64_t M, int64_t N, int64_t K, int64_t gr
 // x [M, K] BF16 or F32; y [M, N] BF16 or F32. `blocks` > 0 forces the grid size (tests use it to exercise
 // column blocks split between many grid blocks), else the dispatch's choice. With `parts`, y gives only the
 // shape and dtype (its data may be null) and the result goes to the parts.
-// qmm_fp8 only: the FP8-activation form (quant_qmv.cuh F8X) where the weight takes it (qmm_fp8_act_ok), as
-// GRIMOIRE_FP8_MMA=1 (opt-in until it is measured on the card) does for every launch. Its rows are W8A8: x
-// quantized per 128 channels as kernels/cpu/dequant.h quantize_act_fp8 does, the E4M3 products summed per
-// 128-channel block and scaled by the weight block's and the row's scales.
-constexpr int kQmmFp8Act = -2;
-// Whether qmm_fp8 runs M rows of this weight in the FP8-activation form when asked: 128 x 128 scale blocks, K a
-// multiple of 128, M <= 16, an sm_90 device.
-bool qmm_fp8_act_ok(int64_t M, int64_t N, int64_t K, int64_t block_n, int64_t block_k);
 void qmm_int4(const Int4Dev& w,
               const Tensor& x,
               Tensor& y,

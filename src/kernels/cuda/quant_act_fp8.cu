@@ -1,6 +1,5 @@
-// Per-block FP8 quantization of BF16 activations for the W8A8 FP8 prefill GEMM (gemm_fp8_block.cu) and the
-// 2..16-row FP8-activation decode (quant_qmv.cuh F8X): fp8_act.cuh's block quantizer, the CPU oracle's formula
-// (kernels/cpu/dequant.h quantize_act_fp8) code for code.
+// Per-block FP8 quantization of BF16 activations for the W8A8 FP8 prefill GEMM (gemm_fp8_block.cu): the
+// CPU oracle's formula (kernels/cpu/dequant.h quantize_act_fp8) code for code, by fp8_act.cuh's quantizer.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/common.cuh"

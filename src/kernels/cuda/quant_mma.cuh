@@ -113,11 +113,6 @@ struct Args {
     int xoff, soff, zoff, stage;  // byte offsets in one ring stage, and its size
     int nstage;                   // TMA kernel (quant_mma_tma.cuh): ring stages
     int early;  // let the next grid launch at this one's start (see pdl_enter in common.cuh)
-    // FP8 activations (quant_qmv.cuh F8X, 2..16 rows): x's e4m3 codes [M4][K] and per-128-channel scales
-    // [K / 128][M4] f32 as quant_act_fp8 writes them (one row quantizes x itself).
-    const uint8_t* xq;
-    const float* xsc;
-    int xm4;
     QmmParts parts;  // n > 0: the columns go to these tensors instead of y (store_y)
 #ifdef GRIMOIRE_QMM_TRACE
     int tslot;  // trace slot (launch parity)
@@ -164,22 +159,6 @@ __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
     mma16816(*reinterpret_cast<float(*)[4]>(c), a0, a1, a2, a3, b0, b1);
-}
-
-// c += a * b on E4M3 operands, fp32 accumulation (m16n8k32, sm_89 and later; the launchers route it to sm_90
-// only). A: a0 / a2 four channels each of row g, a1 / a3 the same channels of row g + 8; B: b0 / b1 the same
-// channels of column g, byte for byte.
-__device__ __forceinline__ void mma_fp8(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                        uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-    (void)c, (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1;
-    __trap();
-#endif
 }
 
 // c = a * b, no accumulator input: the first mma of a scale group (no zeroing moves before it).

@@ -35,7 +35,6 @@
 //     output's 8. The group scale is applied in fp32 to each group's corrected sum.
 #pragma once
 
-#include "kernels/cuda/fp8_act.cuh"
 #include "kernels/cuda/fused_util.cuh"
 #include "kernels/cuda/quant_mma.cuh"
 
@@ -198,8 +197,7 @@ template <bool FP8,
           bool SSM = false,
           int MAXM = 8,
           bool WSM = false,
-          bool PERS = false,
-          bool F8X = false>
+          bool PERS = false>
 __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     qmv_trace<ABL>(a, 0);
     constexpr int VEC = vec(FP8);
@@ -226,16 +224,6 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // weight loads stay in flight through the block's reduction and no block restarts (x staged once). Two
     // reduction buffers: one barrier per group. Scales come with the weights (no staged table).
     static_assert(!PERS || (!SSM && !WSM), "persistent blocks load their scales with the weights");
-    // F8X (FP8 weights of 128 x 128 blocks, K a multiple of 128): x in E4M3 too, per 128 channels of a row
-    // (fp8_act.cuh, the CPU oracle's codes), and the mma on E4M3 operands (m16n8k32): the weight bytes feed it
-    // after one byte permute per four (the tile's rows g and g + 8 are interleaved), where the BF16 form spends
-    // about three instructions per two weights converting them, and a chunk takes two mma per B operand instead
-    // of four. Each 128-channel group's sums are scaled by the weight block's scale times the token's x scale.
-    // One row: each warp quantizes its own groups of x into shared memory (no other launch); 2..16 rows read
-    // the codes quant_act_fp8 wrote (Args::xq / xsc). Either way a row's codes are the same, and so are its
-    // sums (same warp ranges, same mma columns), so one row is bit for bit row 0 of several.
-    static_assert(!F8X || (FP8 && !SSM && !WSM && !PERS && (ABL & ~kQmvTrace) == 0),
-                  "F8X: FP8 weights, scales with the weights, registers, no ablations");
     __shared__ float red[PERS ? 2 : 1][kQmvWarps][RT][NTB * 16];
     const int nTB = (a.NT + NTB - 1) / NTB;  // n-tile groups
     // glu parts (quant.h QmmParts::glu, two-tile blocks only): group tb holds gate n-tile tb and up n-tile
@@ -247,9 +235,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int KC = a.KC;
-    // This warp's chunks; F8X: whole 128-channel groups (a group's x scale needs all of it).
-    const int c0 = F8X ? warp * (KC / 2) / kQmvWarps * 2 : warp * KC / kQmvWarps,
-              c1 = F8X ? (warp + 1) * (KC / 2) / kQmvWarps * 2 : (warp + 1) * KC / kQmvWarps;
+    const int c0 = warp * KC / kQmvWarps, c1 = (warp + 1) * KC / kQmvWarps;  // this warp's chunks
     const int cpg = qmv_cpg(a);                                              // chunks per scale group
     const uint4* wb = reinterpret_cast<const uint4*>(a.words);
     // kQmvPf1 / kQmvPf2: the PFW chunks after the D register slots are asked of L2 at the start (one bulk
@@ -460,34 +446,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 4);
         if (in && (lane & 7) == 0) xsum_sm[p >> 3] = sum;
     };
-    // F8X one row: x's codes [KC * 64] bytes from the start of shared memory, then the groups' scales [KC / 2]
-    // f32 (within qmv_smem's size for one row).
-    uint32_t* const f8_xq = reinterpret_cast<uint32_t*>(smem_u4);
-    float* const f8_xs = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_u4) + static_cast<size_t>(KC) * 64);
-    if constexpr (F8X && !MULTI) {
-        // This warp's groups, eight loads in flight per lane, then quantized (fp8_act_block4: a warp per group,
-        // four channels per lane) into shared memory.
-        constexpr int QB = 8;
-        const int g1 = c1 / 2;
-        for (int gb = c0 / 2; gb < g1; gb += QB) {
-            uint2 raw[QB];
-#pragma unroll
-            for (int i = 0; i < QB; ++i) {
-                const int ch = (gb + i) * 128 + lane * 4;
-                raw[i] = make_uint2(0u, 0u);
-                if (gb + i < g1 && ch < a.K) raw[i] = __ldg(reinterpret_cast<const uint2*>(a.x + ch));
-            }
-#pragma unroll
-            for (int i = 0; i < QB; ++i) {
-                if (gb + i < g1) {  // warp-uniform: the quantizer's shuffles need every lane
-                    float sc;
-                    f8_xq[(gb + i) * 32 + lane] = fp8_act_block4(raw[i], sc);
-                    if (lane == 0) f8_xs[gb + i] = sc;
-                }
-            }
-        }
-        __syncwarp();
-    } else if constexpr (XA) {
+    if constexpr (XA) {
         // Every piece of this warp's x range in flight at once (down: 9 per lane), no registers held; the
         // table's first pieces go to shared memory while they land, then the chunk sums from shared memory.
         for (int p = c0 * 8 + lane; p < c1 * 8; p += 32) {
@@ -552,16 +511,6 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                       : smem_u4 + t * 2;
     }
 
-    // F8X: the lane's 16 x codes of a chunk (channels 16 t .. 16 t + 15) are one uint4: chunk c at c * 4 + t of
-    // shared memory (one row) or of token g + 8 h's row of Args::xq; that token's scales, at group grp, at
-    // xsc[grp * xm4 + token].
-    const uint4* xq_l[NH];
-#pragma unroll
-    for (int h = 0; h < NH; ++h)
-        xq_l[h] = MULTI ? reinterpret_cast<const uint4*>(a.xq + static_cast<int64_t>(row_ok[h] ? g + 8 * h : 0) * a.K) + t
-                        : smem_u4 + t;
-    int f8_grp = c0 / 2;  // the group the next flush closes
-
     // ZF: the current group's sums of x, for the lane's tokens 8h + 2t, 8h + 2t + 1 in xs[h][0], xs[h][1] (one
     // row: the staged chunk sums added up; 2..16 rows: the all-ones mma's C fragment, whose [2], [3] repeat
     // [0], [1]).
@@ -581,44 +530,9 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // SSM: row g of the current group's table row (a running pointer: a loop-carried value is not recomputed).
     const float* sgrp = sst + (c0 / cpg) * BW + g;
     const uint32_t* zgrp = zst + (c0 / cpg) * BW + g;
-    // F8X: chunk c (weights in slot s) into cur on the E4M3 mma (instantiated only there: it reads two uint4
-    // per lane and n-tile).
-    auto chunk_f8x = [&](int s, int c) {
-        (void)s, (void)c;
-        if constexpr (F8X) {
-            const uint4(&w)[NTB][VEC] = wq[s];
-            // Word 2 kt + h of a lane's tile holds k-slots (kt, h) of rows g and g + 8 byte-interleaved
-            // (quant/repack.h); fp8_row_word gives row g's (upper: g + 8's) channels 16 t + 4 kt .. + 3 in order.
-            // mma step u takes the lane's channels 16 t + 8 u .. + 7: a0 / a2 = row g's first / second four,
-            // a1 / a3 row g + 8's, b0 / b1 x's same channels (words 2 u, 2 u + 1 of the lane's 16 codes).
-            uint32_t bx[NH][4];
-#pragma unroll
-            for (int h = 0; h < NH; ++h) {
-                uint4 u = make_uint4(0u, 0u, 0u, 0u);
-                if (!MULTI || row_ok[h]) u = MULTI ? __ldg(xq_l[h] + c * 4) : xq_l[h][c * 4];
-                bx[h][0] = u.x, bx[h][1] = u.y, bx[h][2] = u.z, bx[h][3] = u.w;
-            }
-#pragma unroll
-            for (int j = 0; j < NTB; ++j) {
-                uint32_t lo[4], hi[4];
-#pragma unroll
-                for (int kt = 0; kt < 4; ++kt) {
-                    const uint4& qq = w[j][kt >> 1];
-                    const uint32_t w0 = (kt & 1) ? qq.z : qq.x, w1 = (kt & 1) ? qq.w : qq.y;
-                    lo[kt] = fp8_row_word(w0, w1, false), hi[kt] = fp8_row_word(w0, w1, true);
-                }
-#pragma unroll
-                for (int u = 0; u < 2; ++u)
-#pragma unroll
-                    for (int h = 0; h < NH; ++h)
-                        mma_fp8(cur[j] + 4 * h, lo[2 * u], hi[2 * u], lo[2 * u + 1], hi[2 * u + 1], bx[h][2 * u],
-                                bx[h][2 * u + 1]);
-            }
-        }
-    };
     // Chunk c (weights in slot s) into cur; `first`: the chunk opens a scale group whose cur was not zeroed,
     // so its first mma takes no accumulator.
-    auto chunk_bf16 = [&](int s, int c, bool first) {
+    auto chunk = [&](int s, int c, bool first) {
         // Slot s's weights: WSM reads back this lane's pieces once its group (the oldest of D) has landed.
         uint4 w[NTB][VEC];
         if constexpr (WSM) {
@@ -691,46 +605,10 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             }
         }
     };
-    auto chunk = [&](int s, int c, bool first) {
-        if constexpr (F8X)
-            chunk_f8x(s, c);
-        else
-            chunk_bf16(s, c, first);
-    };
     // The group's sums times its scales into acc (slot s carries the raw scale bits without SSM); `zero`:
     // clear cur for the next group.
     // ZF: each sum less (128 + z) times the group's x sum first.
-    // F8X: the group's sums times the weight block's scale and each token's x scale into acc; `zero`: clear cur.
-    auto flush_f8x = [&](int s, bool zero) {
-        // The group's x scale per token: one row from shared memory; 2..16 rows tokens 8 h + 2 t, + 1.
-        float xsv[NH][2];
-#pragma unroll
-        for (int h = 0; h < NH; ++h)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int tok = 8 * h + 2 * t + e;
-                xsv[h][e] = MULTI ? (tok < a.M ? __ldg(a.xsc + static_cast<int64_t>(f8_grp) * a.xm4 + tok) : 0.0f)
-                                  : f8_xs[f8_grp];
-            }
-#pragma unroll
-        for (int j = 0; j < NTB; ++j) {
-            const float sl = to_f(slo[s][j]), sh = to_f(shi[s][j]);
-            if constexpr (MULTI) {
-#pragma unroll
-                for (int e = 0; e < 4 * NH; ++e)
-                    acc[j][e] = fmaf(cur[j][e], ((e & 2) ? sh : sl) * xsv[e >> 2][e & 1], acc[j][e]);
-            } else {
-                acc[j][0] = fmaf(cur[j][0], sl * xsv[0][0], acc[j][0]);
-                acc[j][1] = fmaf(cur[j][2], sh * xsv[0][0], acc[j][1]);
-            }
-            if (zero) {
-#pragma unroll
-                for (int e = 0; e < 4 * NH; ++e) cur[j][e] = 0.0f;
-            }
-        }
-        ++f8_grp;
-    };
-    auto flush_bf16 = [&](int s, bool zero) {
+    auto flush = [&](int s, bool zero) {
         if constexpr (XT) {
             qmv_xt_sums(xt, t, xs);
             if (zero) xt[0] = xt[1] = xt[2] = xt[3] = 0.0f;
@@ -769,12 +647,6 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             for (int h = 0; h < NH; ++h) xs[h][0] = xs[h][1] = xs[h][2] = xs[h][3] = 0.0f;
         }
         sgrp += BW, zgrp += BW;
-    };
-    auto flush = [&](int s, bool zero) {
-        if constexpr (F8X)
-            flush_f8x(s, zero);
-        else
-            flush_bf16(s, zero);
     };
     // The block's sums of one n-tile group: each warp's partial into red[buf], then the block adds them in
     // warp order (deterministic) and stores. C[row][token]: lane (g, t) holds rows g, g + 8 of tokens 8h + 2t,
