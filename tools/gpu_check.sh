@@ -45,8 +45,7 @@ head -15 "$OUT/nvidia-smi.txt"
 COMMIT=${GRIMOIRE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 status=0
-# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, w8a8, f8mma, e2e),
-# default all.
+# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, w8a8, e2e), default all.
 # A device command is limited in time: the sections can be split over calls.
 want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
 if want tests; then
@@ -82,12 +81,9 @@ if want tests; then
     # Session 17's launch order and one-row dispatch switched off (the projection launched ahead of add_rmsnorm,
     # the qmv kernel's early dependents' launch, the staged blocks from 4 to 8 n-tiles per SM).
     rerun ahead0 GRIMOIRE_PDL_AHEAD=0 GRIMOIRE_QMV_EARLY=0 GRIMOIRE_QMV_MID=0 -- test_cuda_model test_cuda_graph_segments test_cuda_quant
-    # The W8A8 FP8 prefill (opt-in; test_cuda_w8a8 forces it itself): the model-level tests with it on, whose
-    # oracles keep BF16 activations.
-    rerun w8a8 GRIMOIRE_FP8_GEMM=1 -- test_cuda_quant_stack test_cuda_model
-    # FP8 decode on the E4M3 mma with FP8 activations (opt-in; test_cuda_fp8_act forces it itself): the same
-    # model-level tests, whose oracles keep BF16 activations (test_cuda_quant's kernel bounds assume them).
-    rerun f8mma GRIMOIRE_FP8_MMA=1 -- test_cuda_quant_stack test_cuda_model
+    # FP8 prefill through the dequant pass + cuBLAS BF16 (GRIMOIRE_FP8_GEMM=0), where the default takes the W8A8
+    # FP8 GEMM for 128 x 128-block weights.
+    rerun dequant8 GRIMOIRE_FP8_GEMM=0 -- test_cuda_quant test_cuda_quant_stack test_cuda_model
     # One XML file back instead of one per executable.
     cat "$OUT"/test_*.xml > "$OUT/gpu_tests.xml" 2>/dev/null && rm -f "$OUT"/test_*.xml
 
@@ -136,8 +132,9 @@ if want variants; then
         --out "$OUT/dequant_variants.json" || status=1
 fi
 if want w8a8; then
-    # The W8A8 FP8 prefill (GRIMOIRE_FP8_GEMM=1: cuBLASLt's block-scaled FP8 GEMM) against the default dequant +
-    # BF16 GEMM: the kernel record (fp8_w8a8_prefill_* beside fp8_prefill_*), then the 27B FP8 prompt, alternated.
+    # The W8A8 FP8 prefill (the default: cuBLASLt's block-scaled FP8 GEMM) against the dequant pass + BF16 GEMM
+    # (GRIMOIRE_FP8_GEMM=0): the kernel record (fp8_prefill_* beside fp8_dequant_prefill_*), then the 27B FP8
+    # prompt, alternated.
     echo "== W8A8 FP8 prefill: kernel record and the 27B FP8 prompt A/B (GRIMOIRE_FP8_GEMM=0/1)"
     timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --only fp8:gate_up --commit "$COMMIT" \
         --out "$OUT/quant_kernels_w8a8.json" || status=1
@@ -148,22 +145,6 @@ if want w8a8; then
                 --quant fp8 --prefill-only --prefill-tokens $t --commit "$COMMIT" \
                 --out "$OUT/qwen35_27b_fp8_p${t}_w8a8_$v.json" || status=1
         done
-    done
-fi
-if want f8mma; then
-    # FP8 one to sixteen rows on the E4M3 mma with x quantized per 128 channels (GRIMOIRE_FP8_MMA=1, quant_qmv.cuh
-    # F8X) against the BF16-activation form: every FP8 shape of the kernel record, then the 27B FP8 decode,
-    # alternated.
-    echo "== FP8-activation decode: kernel record and the 27B FP8 decode A/B (GRIMOIRE_FP8_MMA=0/1)"
-    for v in 0 1; do
-        GRIMOIRE_FP8_MMA=$v timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --only fp8 \
-            --commit "$COMMIT" --out "$OUT/quant_kernels_f8mma$v.json" || status=1
-    done
-    for v in 0 1 0 1; do
-        echo "-- fp8 decode GRIMOIRE_FP8_MMA=$v"
-        GRIMOIRE_FP8_MMA=$v timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
-            --quant fp8 --prefill-tokens 512 --decode-steps 32 --contexts 512 --commit "$COMMIT" \
-            --out "$OUT/qwen35_27b_fp8_f8mma$v.json" || status=1
     done
 fi
 if want e2e; then

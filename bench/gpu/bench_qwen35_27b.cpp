@@ -6,7 +6,8 @@
 //                    [--prefill-only] [--prefill-tokens T] [--profile] [--contexts 512,4096,...]
 // --contexts replaces the decode contexts (BF16: 0, 4096, 32768; --quant: 512); figures are named by context
 // (decode_ctx0, _ctx512, _ctx4k, _ctx32k, else _ctx<N>).
-// --prefill-only skips the decode figures; --prefill-tokens times only that prompt length; --profile then
+// --prefill-only skips the decode figures and times the prompts with --quant too (by default a quantized model
+// times only its decode); --prefill-tokens times only that prompt length; --profile then
 // prints where one prompt's device time goes per op (StepGraph profiling) and the host-side time of the
 // prompt's launches with graphs off against its device time; with --quant, also the per-op device time of a
 // 1-token and a 4-token decode step.
@@ -422,7 +423,7 @@ int main(int argc, char** argv) {
         for (const auto& t : tensor_list())
             if (t.shape.size() == 2 && t.name.find("embed_tokens") == std::string::npos && t.name != "lm_head.weight")
                 proj_params += static_cast<double>(t.numel());
-        for (int64_t T : g_quant.empty() ? prefill_lengths : std::vector<int64_t>{}) {
+        for (int64_t T : g_quant.empty() || prefill_only ? prefill_lengths : std::vector<int64_t>{}) {
             const double gf_before = gemm_flops(T, true), gr_before = gemm_flops(T, false);
             std::vector<int32_t> prompt(static_cast<size_t>(T));
             for (auto& p : prompt) p = static_cast<int32_t>(rng() % V);

@@ -3,8 +3,8 @@
 // is dropped. forward() picks the kernel by the number of rows:
 //   M <= 16  qmm_int4 / qmm_fp8: one pass over the packed weight, cost flat in M (decode, verify, batches);
 //   M > 16   dequantize to a shared BF16 workspace, then the cuBLAS GEMM (prefill: compute-bound there); a
-//            128 x 128-block FP8 weight can instead take the W8A8 FP8 GEMM (GRIMOIRE_FP8_GEMM=1, see
-//            CudaFp8Linear::prefill_parts).
+//            128 x 128-block FP8 weight takes the W8A8 FP8 GEMM instead where cuBLASLt offers it (sm_90,
+//            CudaFp8Linear::prefill_parts; GRIMOIRE_FP8_GEMM=0 keeps the dequant path).
 // With --random-weights the packed words and scales are filled on the device instead (the reader skips the
 // host decode and passes an Int4Host / Fp8Host without data).
 #include <cstdlib>
@@ -395,12 +395,13 @@ class CudaFp8Linear final : public CudaQuantLinear {
     bool glu_ok(int64_t M) const override { return cuda::qmm_glu_ok(true, false, M, d_.N, d_.K, d_.bk, d_.SG); }
     bool conv_ok(int64_t M) const override { return cuda::qmm_conv_ok(true, false, M, d_.N, d_.K, d_.bk, d_.SG); }
 
-    // GRIMOIRE_FP8_GEMM=1 (read when a weight is loaded): prefill through the W8A8 FP8 GEMM. Opt-in until it is
-    // measured on the card; the activations are then quantized to FP8 per 128 channels of a row, as HF
-    // transformers' FP8Linear and vLLM do for these checkpoints (1..16 rows keep BF16 activations).
+    // Prefill through the W8A8 FP8 GEMM, unless GRIMOIRE_FP8_GEMM=0 (read when a weight is loaded). The
+    // activations are quantized to FP8 per 128 channels of a row, as HF transformers' FP8Linear and vLLM do for
+    // these checkpoints (1..16 rows keep BF16 activations). H200, docs/BENCHMARKS.md session 24: the 27B gate_up
+    // at M = 512 in 247 us against 371 us for the dequant pass + cuBLAS BF16 (233 us for the BF16 GEMM alone).
     static bool w8a8_requested() {
         const char* e = std::getenv("GRIMOIRE_FP8_GEMM");
-        return e && e[0] == '1';
+        return !(e && e[0] == '0');
     }
     // The W8A8 prefill: the weight's codes unpacked to [N, K] in the dequant workspace (half its BF16 size), x
     // quantized per 128-channel block (quant_act_fp8), then cuBLASLt's block-scaled FP8 GEMM. Each part is its

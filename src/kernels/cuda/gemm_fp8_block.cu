@@ -10,6 +10,7 @@
 // K / 128 % 4 == 0); B's 1 x 128 scales are M fastest ([K / 128][M4], quant_act_fp8's layout).
 #include <cublasLt.h>
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -104,6 +105,15 @@ Plan& plan_locked(int64_t M4, int64_t N, int64_t K, size_t ws_bytes) {
         cublasLtMatmulHeuristicResult_t r{};
         int n = 0;
         const Descs& ds = *p.ds;
+        // cuBLASLt 13.1 refuses the heuristic for a block scale mode without a scale pointer ("requires a custom
+        // pointer for A scale"): any non-null, aligned value serves here; each call sets the real ones.
+        const void* placeholder = reinterpret_cast<const void*>(uintptr_t{256});
+        lt_check(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &placeholder,
+                                                sizeof(placeholder)),
+                 "A_SCALE_POINTER");
+        lt_check(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &placeholder,
+                                                sizeof(placeholder)),
+                 "B_SCALE_POINTER");
         const cublasStatus_t st =
             cublasLtMatmulAlgoGetHeuristic(lt_handle(), ds.op, ds.a, ds.b, ds.d, ds.d, pref, 1, &r, &n);
         cublasLtMatmulPreferenceDestroy(pref);
