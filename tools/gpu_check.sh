@@ -40,9 +40,9 @@ export GRIMOIRE_SHARED=${GRIMOIRE_SHARED:-$PWD/../shared}
 
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || echo "nvidia-smi failed"
 head -15 "$OUT/nvidia-smi.txt"
-# The binaries' commit: GRIMOIRE_COMMIT when set (prebuilt binaries carried to a machine whose checkout is
-# at another commit), else this checkout's HEAD.
-COMMIT=${GRIMOIRE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+# The binaries' commit: GRIMOIRE_COMMIT when set, else the COMMIT file tools/pack_some.sh puts beside packed
+# binaries (a device machine's copy of the checkout may carry stale git metadata), else this checkout's HEAD.
+COMMIT=${GRIMOIRE_COMMIT:-$(cat "$BUILD/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 status=0
 # GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, w8a8, e2e), default all.

@@ -17,6 +17,9 @@ for lib in libutf8proc.so.2 libcpp-httplib.so.0.11 libpcre2-8.so.0 libbrotlidec.
     path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found {print $NF; found = 1}')
     [ -n "$path" ] && cp "$path" "$tmp/"
 done
+# The commit the binaries were built at (tools/gpu_check.sh labels its records with it); "-dirty" when the tree
+# had uncommitted changes.
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src tests bench || echo -dirty)" > "$tmp/COMMIT"
 mkdir -p carry
 (cd "$tmp" && tar cf - ./*) | xz -9e -T2 --lzma2=preset=9e,dict=192MiB > carry/pk.tar.xz
 ls -la carry/pk.tar.xz
