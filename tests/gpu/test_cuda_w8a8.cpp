@@ -1,6 +1,7 @@
 // The W8A8 FP8 prefill path of 128 x 128-block FP8 weights (quant.h unpack_fp8 / quant_act_fp8 /
-// gemm_fp8_block, CudaFp8Linear::prefill_parts under GRIMOIRE_FP8_GEMM=1) on the H200; skipped without a GPU,
-// and the GEMM test also where cuBLASLt has no block-scaled FP8 (it is sm_90 only).
+// gemm_fp8_block, CudaFp8Linear::prefill_parts: the default, which the test also forces with GRIMOIRE_FP8_GEMM=1)
+// on the H200; skipped without a GPU, and the GEMM test also where cuBLASLt has no block-scaled FP8 (it is
+// sm_90 only).
 //
 //   - The activation quantizer equals the CPU oracle (kernels/cpu/dequant.h quantize_act_fp8) code for code
 //     and scale for scale, padding rows included: both take s and 1 / s in IEEE fp32 and round x * (1 / s) to
@@ -111,7 +112,7 @@ TEST(CudaW8a8, UnpackGivesTheCheckpointCodes) {
     }
 }
 
-// Sets GRIMOIRE_FP8_GEMM for the scope (read when a linear is made).
+// Sets GRIMOIRE_FP8_GEMM=1 for the scope (read when a linear is made), whatever the caller's environment says.
 struct Fp8GemmOn {
     Fp8GemmOn() { setenv("GRIMOIRE_FP8_GEMM", "1", 1); }
     ~Fp8GemmOn() { unsetenv("GRIMOIRE_FP8_GEMM"); }
