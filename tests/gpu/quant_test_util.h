@@ -5,7 +5,6 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -43,10 +42,9 @@ inline Fp8Host random_fp8(int64_t N, int64_t K, bool block, std::mt19937& rng) {
     return h;
 }
 
-// A weight's packed device copy and a qmm workspace for direct cuda::qmm_* calls, freed with the object.
+// An INT4 weight's packed device copy and a qmm workspace for direct cuda::qmm_* calls, freed with the object.
 struct DirectQmm {
     cuda::Int4Dev d4;
-    cuda::Fp8Dev d8;
     cuda::QmmWorkspace ws;
     std::vector<void*> owned;
     DirectQmm() = default;
@@ -80,13 +78,6 @@ struct DirectQmm {
         d4.scales = up(p.scales.data(), p.scales.size());
         d4.zeros = p.zeros.empty() ? nullptr : static_cast<const uint8_t*>(up(p.zeros.data(), p.zeros.size()));
         d4.perm = p.perm.empty() ? nullptr : static_cast<const int32_t*>(up(p.perm.data(), p.perm.size() * 4));
-        workspace(h.N, h.K);
-    }
-    void fp8(const Fp8Host& h) {
-        const PackedFp8 p = repack_fp8(h);
-        d8.N = p.N, d8.K = p.K, d8.NT = p.NT, d8.KC = p.KC, d8.bn = p.bn, d8.bk = p.bk, d8.SN = p.SN, d8.SG = p.SG;
-        d8.words = static_cast<const uint32_t*>(up(p.words.data(), p.words.size() * 4));
-        d8.scales = static_cast<const float*>(up(p.scales.data(), p.scales.size() * 4));
         workspace(h.N, h.K);
     }
     // x [M, K] BF16 on the device (the values xv, already BF16-exact).
