@@ -3,14 +3,15 @@
 // both ceilings measured in the same run.
 //
 //   bench_qwen35_27b --random-weights [--out results.json] [--commit SHA] [--decode-steps 32]
-//                    [--prefill-only] [--prefill-tokens T] [--profile] [--contexts 512,4096,...]
+//                    [--prefill-only] [--prefill-tokens T] [--profile] [--verify-detail] [--contexts 512,...]
 // --contexts replaces the decode contexts (BF16: 0, 4096, 32768; --quant: 512); figures are named by context
 // (decode_ctx0, _ctx512, _ctx4k, _ctx32k, else _ctx<N>).
 // --prefill-only skips the decode figures and times the prompts with --quant too (by default a quantized model
 // times only its decode); --prefill-tokens times only that prompt length; --profile then
 // prints where one prompt's device time goes per op (StepGraph profiling) and the host-side time of the
 // prompt's launches with graphs off against its device time; with --quant, also the per-op device time of a
-// 1-token and a 4-token decode step.
+// 1-token and a 4-token decode step. --verify-detail (with --quant) times the 4-token step's greedy and
+// host-logits forms again, alternated, and its body without the head.
 //
 // --random-weights writes a header-only checkpoint of the real geometry (config.json + a sparse
 // model.safetensors whose data region is a hole, so it takes no disk) and loads it with load_model() like any
@@ -243,7 +244,7 @@ int main(int argc, char** argv) {
     bool random_weights = false;
     std::string out_path, commit = "unknown";
     int decode_steps = 32;
-    bool prefill_only = false, profile = false;
+    bool prefill_only = false, profile = false, verify_detail = false;
     std::vector<int64_t> prefill_lengths = {512, 4096};
     std::vector<int64_t> decode_contexts;  // empty: the defaults below
     std::string command = "bench_qwen35_27b";
@@ -257,6 +258,7 @@ int main(int argc, char** argv) {
         else if (a == "--quant" && i + 1 < argc) g_quant = argv[++i], command += std::string(" ") + argv[i];
         else if (a == "--prefill-only") prefill_only = true;
         else if (a == "--profile") profile = true;
+        else if (a == "--verify-detail") verify_detail = true;
         else if (a == "--prefill-tokens" && i + 1 < argc)
             prefill_lengths = {std::stoll(argv[++i])}, command += std::string(" ") + argv[i];
         else if (a == "--contexts" && i + 1 < argc) {
@@ -270,7 +272,7 @@ int main(int argc, char** argv) {
         }
         else {
             std::fprintf(stderr, "usage: bench_qwen35_27b --random-weights [--quant gptq|fp8] [--out FILE] [--commit SHA] [--decode-steps N] "
-                                 "[--prefill-only] [--prefill-tokens T] [--profile] [--contexts N,N,..]\n");
+                                 "[--prefill-only] [--prefill-tokens T] [--profile] [--verify-detail] [--contexts N,N,..]\n");
             return 2;
         }
     }
@@ -384,6 +386,34 @@ int main(int argc, char** argv) {
                 ratios["verify4" + sfx + "_over_step1"] = t4 / t1;
                 std::printf("verify step (4 tokens, %s) %.2f ms / plain step %.2f ms = %.3f\n",
                             greedy ? "greedy ids" : "host logits", t4, t1, t4 / t1);
+            }
+            if (verify_detail) {
+                // Which part of a 4-token step the greedy and host-logits forms differ in: both again, alternated
+                // (an order or drift effect shows as a change between rounds), and the body alone (forward()
+                // without logits, then synchronize: the same layers, no final norm, lm_head or copy-out).
+                auto body_ms = [&](int T) {
+                    std::vector<int32_t> toks(static_cast<size_t>(T), 1000);
+                    double s = 0;
+                    for (int i = 0; i < 3 + 16; ++i) {
+                        st->n_past = 512;
+                        const double a = now();
+                        model->forward(*st, toks, 0, logits);
+                        be.synchronize();
+                        if (i >= 3) s += now() - a;
+                    }
+                    return s / 16 * 1e3;
+                };
+                for (int round = 0; round < 2; ++round) {
+                    const std::string r = "_r" + std::to_string(round);
+                    const double lg = step_ms(4, false), gr = step_ms(4, true), b4 = body_ms(4), b1 = body_ms(1);
+                    metrics["verify4_detail_logits" + r + "_ms"] = lg;
+                    metrics["verify4_detail_greedy" + r + "_ms"] = gr;
+                    metrics["verify4_detail_body" + r + "_ms"] = b4;
+                    metrics["step1_detail_body" + r + "_ms"] = b1;
+                    std::printf("verify detail round %d: 4 tokens host logits %.3f ms, greedy ids %.3f ms, body alone "
+                                "%.3f ms; 1 token body alone %.3f ms\n",
+                                round, lg, gr, b4, b1);
+                }
             }
             // Where a plain step's time goes. forward() without logits reaches no sync point, so it only records
             // the step's ops: its wall time is the host-side walk of the model. The synchronize() after it runs
