@@ -372,11 +372,27 @@ int main(int argc, char** argv) {
                     else
                         model->forward(*st, toks, T, logits);
                 };
+                const auto g0 = be.graph_stats();
                 for (int i = 0; i < 3; ++i) run();
                 const int reps = 16;
+                std::vector<double> each;
                 const double t1 = now();
-                for (int i = 0; i < reps; ++i) run();
-                return (now() - t1) / reps * 1e3;
+                for (int i = 0; i < reps; ++i) {
+                    const double a = now();
+                    run();
+                    if (verify_detail) each.push_back((now() - a) * 1e3);
+                }
+                const double ms = (now() - t1) / reps * 1e3;
+                if (verify_detail) {  // each step's wall time and the graph work the phase did (captures, direct runs)
+                    const auto g1 = be.graph_stats();
+                    std::printf("  T=%d %s: %.3f ms; steps", T, greedy ? "greedy" : "logits", ms);
+                    for (double e : each) std::printf(" %.2f", e);
+                    std::printf("; captures +%lld, direct +%lld, replays +%lld\n",
+                                static_cast<long long>(g1.captures - g0.captures),
+                                static_cast<long long>(g1.direct_steps - g0.direct_steps),
+                                static_cast<long long>(g1.replays - g0.replays));
+                }
+                return ms;
             };
             for (const bool greedy : {true, false}) {
                 const double t1 = step_ms(1, greedy), t4 = step_ms(4, greedy);
