@@ -247,8 +247,14 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
             return launch_qmv_row<ASYM, SSZ, 1, 4, 3>(a, s);
         }
         // FP8 one row on these blocks was 11-20% slower with the early dependents' launch (down 26.8 -> 32.4 us,
-        // o_proj 11.7 -> 13.1; session 17): their dependents launch at the blocks' end.
-        a.early = 0;
+        // o_proj 11.7 -> 13.1; session 17, back-to-back launches of one weight): their dependents launch at the
+        // blocks' end. GRIMOIRE_QMV_EARLY_FP8_ROW=1 keeps the early launch (the in-step A/B: in the decode step
+        // the dependent is a norm or a small op, not the same projection again).
+        static const bool fp8_row_early = [] {
+            const char* e = std::getenv("GRIMOIRE_QMV_EARLY_FP8_ROW");
+            return e && e[0] == '1';
+        }();
+        if (!fp8_row_early) a.early = 0;
         return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
     }
     if (a.M > 8) {
