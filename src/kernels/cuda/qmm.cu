@@ -266,6 +266,14 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
             if (two && !wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
             return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
         } else {
+            // GRIMOIRE_FP8_M16=1 / 2 (trial forms for 9..16 rows: one tile at depth 2, four per SM; two tiles at
+            // depth 2, two per SM).
+            static const int m16 = [] {
+                const char* e = std::getenv("GRIMOIRE_FP8_M16");
+                return e ? std::atoi(e) : 0;
+            }();
+            if (m16 == 1) return launch_qmv_m<FP8, ASYM, SSZ, 1, 2, 4, true, 16>(a, s);
+            if (m16 == 2) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 2, true, 16>(a, s);
             return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 16>(a, s);
         }
     }
