@@ -246,13 +246,14 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
             if (two) return launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
             return launch_qmv_row<ASYM, SSZ, 1, 4, 3>(a, s);
         }
-        // FP8 one row on these blocks was 11-20% slower with the early dependents' launch (down 26.8 -> 32.4 us,
-        // o_proj 11.7 -> 13.1; session 17, back-to-back launches of one weight): their dependents launch at the
-        // blocks' end. GRIMOIRE_QMV_EARLY_FP8_ROW=1 keeps the early launch (the in-step A/B: in the decode step
-        // the dependent is a norm or a small op, not the same projection again).
+        // FP8 one row on these blocks keeps the early dependents' launch too. Back-to-back launches of one weight
+        // read it 11-20% slower (session 17: down 26.8 -> 32.4 us, o_proj 11.7 -> 13.1), but in the decode step,
+        // where the dependent is a norm or another small op and then the next projection, it is faster: 27B FP8
+        // `decode_ctx512_roofline` 0.752 (x4) -> 0.756-0.757 (x4) alternated in one call (session 25).
+        // GRIMOIRE_QMV_EARLY_FP8_ROW=0 launches them at the blocks' end (the A/B).
         static const bool fp8_row_early = [] {
             const char* e = std::getenv("GRIMOIRE_QMV_EARLY_FP8_ROW");
-            return e && e[0] == '1';
+            return !(e && e[0] == '0');
         }();
         if (!fp8_row_early) a.early = 0;
         return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
@@ -266,14 +267,8 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
             if (two && !wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
             return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
         } else {
-            // GRIMOIRE_FP8_M16=1 / 2 (trial forms for 9..16 rows: one tile at depth 2, four per SM; two tiles at
-            // depth 2, two per SM).
-            static const int m16 = [] {
-                const char* e = std::getenv("GRIMOIRE_FP8_M16");
-                return e ? std::atoi(e) : 0;
-            }();
-            if (m16 == 1) return launch_qmv_m<FP8, ASYM, SSZ, 1, 2, 4, true, 16>(a, s);
-            if (m16 == 2) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 2, true, 16>(a, s);
+            // Also tried (session 25, us at 16 rows, this form / one tile at depth 2 four per SM / two tiles at depth
+            // 2 two per SM): gate_up 61.2 / 63.3 / 71.6, down 34.9 / 47.4 / 49.3, o_proj 13.4 / 18.0 / 18.7.
             return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 16>(a, s);
         }
     }
@@ -508,8 +503,8 @@ bool qmm_prepare(const char* op,
     // grid's last partial wave leaves idle and start their own pre-wait loads there (GRIMOIRE_QMV_EARLY=0: at
     // the end, the A/B). H200, docs/BENCHMARKS.md session 17, back-to-back launches: INT4 one row 2-8% faster
     // (gate_up 27.25 -> 26.79 us, o_proj 7.39 -> 6.78), FP8 at 4 and 16 rows and on its wider weights too (FP8
-    // one row on the staged one-tile blocks is the exception: launch_qmv_ssz). With Backend::linear_follows it
-    // lets the next projection launch ahead.
+    // one row on the staged one-tile blocks: in the decode step, launch_qmv_ssz). With Backend::linear_follows
+    // it lets the next projection launch ahead.
     static const int qmv_early = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_EARLY");
         return e && e[0] == '0' ? 0 : 1;
