@@ -373,6 +373,7 @@ int main(int argc, char** argv) {
                         model->forward(*st, toks, T, logits);
                 };
                 const auto g0 = be.graph_stats();
+                const auto wall0 = std::chrono::system_clock::now();
                 for (int i = 0; i < 3; ++i) run();
                 const int reps = 16;
                 std::vector<double> each;
@@ -385,7 +386,12 @@ int main(int argc, char** argv) {
                 const double ms = (now() - t1) / reps * 1e3;
                 if (verify_detail) {  // each step's wall time and the graph work the phase did (captures, direct runs)
                     const auto g1 = be.graph_stats();
-                    std::printf("  T=%d %s: %.3f ms; steps", T, greedy ? "greedy" : "logits", ms);
+                    // The phase's wall-clock start (UTC, ms), to line it up with a clock / power trace.
+                    const auto ms_utc = std::chrono::duration_cast<std::chrono::milliseconds>(wall0.time_since_epoch()).count();
+                    std::printf("  T=%d %s (from %02lld:%02lld:%02lld.%03lld UTC): %.3f ms; steps", T,
+                                greedy ? "greedy" : "logits", static_cast<long long>(ms_utc / 3600000 % 24),
+                                static_cast<long long>(ms_utc / 60000 % 60), static_cast<long long>(ms_utc / 1000 % 60),
+                                static_cast<long long>(ms_utc % 1000), ms);
                     for (double e : each) std::printf(" %.2f", e);
                     std::printf("; captures +%lld, direct +%lld, replays +%lld\n",
                                 static_cast<long long>(g1.captures - g0.captures),
