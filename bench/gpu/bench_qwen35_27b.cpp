@@ -272,7 +272,8 @@ int main(int argc, char** argv) {
         }
         else {
             std::fprintf(stderr, "usage: bench_qwen35_27b --random-weights [--quant gptq|fp8] [--out FILE] [--commit SHA] [--decode-steps N] "
-                                 "[--prefill-only] [--prefill-tokens T] [--profile] [--verify-detail] [--contexts N,N,..]\n");
+                                 "[--prefill-only] [--prefill-tokens T] [--profile] [--verify-detail] "
+                                 "[--contexts N,N,..]\n");
             return 2;
         }
     }
@@ -387,7 +388,8 @@ int main(int argc, char** argv) {
                 if (verify_detail) {  // each step's wall time and the graph work the phase did (captures, direct runs)
                     const auto g1 = be.graph_stats();
                     // The phase's wall-clock start (UTC, ms), to line it up with a clock / power trace.
-                    const auto ms_utc = std::chrono::duration_cast<std::chrono::milliseconds>(wall0.time_since_epoch()).count();
+                    const auto ms_utc =
+                        std::chrono::duration_cast<std::chrono::milliseconds>(wall0.time_since_epoch()).count();
                     std::printf("  T=%d %s (from %02lld:%02lld:%02lld.%03lld UTC): %.3f ms; steps", T,
                                 greedy ? "greedy" : "logits", static_cast<long long>(ms_utc / 3600000 % 24),
                                 static_cast<long long>(ms_utc / 60000 % 60), static_cast<long long>(ms_utc / 1000 % 60),
