@@ -7,6 +7,7 @@
 #   quant_kernels.json, qwen35_27b_int4.json, qwen35_27b_fp8.json   the quantized-kernel and 27B INT4/FP8 records
 #   qmv_variants.json          the one-row kernel's variants, ablations and floors (bench/gpu/bench_qmv_variants.cu)
 #   dequant_variants.json      the prefill dequantization pass's variants (bench/gpu/bench_dequant_variants.cu)
+#   clocks.csv                 SM / memory clocks, power and throttle reasons every 20 ms beside the 27B runs (clocks)
 #   nvidia-smi.txt             the card as found
 #   run_<model>_<device>.txt   greedy ids of `grimoire run` on models/demo(-gptq-int4), CPU against CUDA
 #
@@ -45,7 +46,8 @@ head -15 "$OUT/nvidia-smi.txt"
 COMMIT=${GRIMOIRE_COMMIT:-$(cat "$BUILD/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 status=0
-# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, w8a8, e2e), default all.
+# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, w8a8, e2e, clocks),
+# default all.
 # A device command is limited in time: the sections can be split over calls.
 want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
 if want tests; then
@@ -151,7 +153,23 @@ if want e2e; then
     for q in gptq fp8; do
         name=$([ "$q" = gptq ] && echo int4 || echo fp8)
         timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --quant "$q" --commit "$COMMIT" \
-            --out "$OUT/qwen35_27b_$name.json" || status=1
+            --verify-detail --out "$OUT/qwen35_27b_$name.json" || status=1
     done
+fi
+if want clocks; then
+    # The card's SM / memory clocks, power, temperature and clock-event (throttle) reasons every 20 ms beside the
+    # 27B decode and verify phases (--verify-detail prints each phase's UTC start and every timed step): session
+    # 25 saw the first FP8 4-token phase's steps rise from 9.6 to 11.5 ms and back, once per process.
+    echo "== clock trace beside the 27B FP8 / INT4 verify phases (clocks.csv)"
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+        --format=csv -lms 20 > "$OUT/clocks.csv" 2>&1 &
+    smi=$!
+    sleep 1
+    for q in fp8 fp8 gptq; do
+        timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --quant "$q" --verify-detail \
+            --decode-steps 64 --contexts 512 || status=1
+    done
+    sleep 1
+    kill "$smi"
 fi
 exit $status
