@@ -6,7 +6,9 @@
 //   bench_quant_kernels [--out results.json] [--commit SHA] [--anchor torch_anchor.json]
 //
 // Weights are random (packed words and scales filled on the device) and rotated over enough copies that
-// every launch streams from HBM, not from the 50 MB L2. Effective bandwidth = bytes the kernel must read
+// every launch streams from HBM, not from the 50 MB L2. The prefill paths are also timed with the next weight's
+// dequant / unpack on a second stream beside the GEMM (`*_prefill_<M>_overlap_*`, overlapped_ms): a probe for
+// a prompt pipeline over the layers, not what the engine runs. Effective bandwidth = bytes the kernel must read
 // (packed weights + scales + zeros) / time. --anchor merges the figures bench/gpu/anchor_torch_int4.py measured
 // (torch._weight_int4pack_mm) in the same device session.
 #include <cublas_v2.h>
@@ -97,6 +99,50 @@ void make_weights(QWeights& q, bool fp8, int64_t N, int64_t K, int copies) {
     check(cudaDeviceSynchronize(), "fill");
 }
 
+// Two streams, one step per weight copy: `prep(i, buf, side)` readies weight copy i in buffer `buf` on the side
+// stream while `use(i, buf, main)` consumes the one readied a step before on the main stream, with two buffers
+// (a step's prep waits for the use that last read its buffer). Mean ms per step on the main stream over `reps`
+// steps after 3 warm-up steps. The probe for a prompt pipeline where the next linear's dequant / unpack runs
+// beside this one's GEMM (a memory-bound pass beside a compute-bound one): one step costs max(prep, use) where
+// they overlap, prep + use where they do not.
+double overlapped_ms(const std::function<void(int, int, cudaStream_t)>& prep,
+                     const std::function<void(int, int, cudaStream_t)>& use, int reps) {
+    cudaStream_t main_s, side;
+    check(cudaStreamCreateWithFlags(&main_s, cudaStreamNonBlocking), "stream");
+    check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "stream");
+    cudaEvent_t ready[2], used[2], e0, e1;
+    for (int b = 0; b < 2; ++b) {
+        cudaEventCreateWithFlags(&ready[b], cudaEventDisableTiming);
+        cudaEventCreateWithFlags(&used[b], cudaEventDisableTiming);
+    }
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    prep(0, 0, side);
+    cudaEventRecord(ready[0], side);
+    const int warm = 3;
+    for (int i = 0; i < warm + reps; ++i) {
+        if (i == warm) cudaEventRecord(e0, main_s);
+        const int b = i % 2, nb = (i + 1) % 2;
+        if (i >= 1) cudaStreamWaitEvent(side, used[nb], 0);  // step i - 1 read buffer nb
+        prep(i + 1, nb, side);
+        cudaEventRecord(ready[nb], side);
+        cudaStreamWaitEvent(main_s, ready[b], 0);
+        use(i, b, main_s);
+        cudaEventRecord(used[b], main_s);
+    }
+    cudaEventRecord(e1, main_s);
+    check(cudaEventSynchronize(e1), "overlap timing");
+    check(cudaStreamSynchronize(side), "overlap side");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    for (int b = 0; b < 2; ++b) cudaEventDestroy(ready[b]), cudaEventDestroy(used[b]);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaStreamDestroy(main_s);
+    cudaStreamDestroy(side);
+    return ms / reps;
+}
+
 // The W8A8 FP8 prefill (CudaFp8Linear::prefill_parts, the default where cuBLASLt offers it) on the same weights and x:
 // unpack the codes, quantize x per 128 channels, cuBLASLt's block-scaled FP8 GEMM; and the GEMM alone (weight
 // already unpacked). Ratio to the same cuBLAS BF16 GEMM (tg_ms) as the dequant path's.
@@ -129,7 +175,26 @@ bool w8a8_prefill(const QWeights& q, int copies, const Shape& sh, int M, void* x
             gc::gemm_fp8_block(g, nullptr);
         },
         10);
+    // The next weight's unpack beside this one's activation quantization and GEMM (overlapped_ms).
+    void* wq2[2] = {wq, dalloc(static_cast<size_t>(sh.N * sh.K))};
+    const double t_over = overlapped_ms(
+        [&](int i, int b, cudaStream_t st) {
+            gc::unpack_fp8(q.f8[static_cast<size_t>(i % copies)], static_cast<uint8_t*>(wq2[b]), st);
+        },
+        [&](int i, int b, cudaStream_t st) {
+            gc::Fp8BlockGemm gi = g;
+            gi.wq = static_cast<const uint8_t*>(wq2[b]);
+            gi.ws = q.f8[static_cast<size_t>(i % copies)].scales;
+            gc::quant_act_fp8(x, M, static_cast<uint8_t*>(xq), static_cast<float*>(xs), st);
+            gc::gemm_fp8_block(gi, st);
+        },
+        10);
+    cudaFree(wq2[1]);
     const std::string k = "fp8_prefill_" + std::to_string(M);
+    metrics[k + "_overlap_us"] = t_over * 1e3;
+    ratios[k + "_overlap_vs_cublas"] = tg_ms / t_over;
+    std::printf("fp8 w8a8 prefill M %4d, next unpack beside the GEMM: %.1f us a weight: %.2f of cuBLAS BF16\n", M,
+                t_over * 1e3, tg_ms / t_over);
     metrics[k + "_us"] = t_all * 1e3;
     metrics["fp8_w8a8_gemm_" + std::to_string(M) + "_us"] = t_gemm * 1e3;
     metrics["fp8_w8a8_gemm_" + std::to_string(M) + "_TFLOPs"] = 2.0 * M * sh.N * sh.K / (t_gemm * 1e-3) / 1e12;
@@ -268,7 +333,31 @@ int main(int argc, char** argv) {
                                 gemm();
                             },
                             10);
+                        // The same dequant + GEMM with the next weight's dequant beside this one's GEMM (two
+                        // BF16 buffers; overlapped_ms): what a prompt pipeline over the layers could reach.
+                        void* wd2[2] = {wd, dalloc(static_cast<size_t>(sh.N * sh.K) * 2)};
+                        const double to = overlapped_ms(
+                            [&](int i, int b, cudaStream_t st) {
+                                const size_t c = static_cast<size_t>(i % copies);
+                                if (fp8) gc::dequant_fp8(q.f8[c], wd2[b], DType::BF16, st);
+                                else gc::dequant_int4(q.i4[c], wd2[b], DType::BF16, st);
+                            },
+                            [&](int, int b, cudaStream_t st) {
+                                cublasSetStream(h, st);
+                                cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(sh.N), M,
+                                             static_cast<int>(sh.K), &al, wd2[b], CUDA_R_16BF, static_cast<int>(sh.K),
+                                             xp, CUDA_R_16BF, static_cast<int>(sh.K), &be0, yp, CUDA_R_16BF,
+                                             static_cast<int>(sh.N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                            },
+                            10);
+                        cublasSetStream(h, nullptr);
+                        cudaFree(wd2[1]);
                         const std::string k = (fp8 ? "fp8_dequant" : fmt) + "_prefill_" + std::to_string(M);
+                        metrics[k + "_overlap_us"] = to * 1e3;
+                        ratios[k + "_overlap_vs_cublas"] = tg / to;
+                        std::printf("%s prefill M %4d, next dequant beside the GEMM: %.1f us a weight: %.2f of "
+                                    "cuBLAS\n",
+                                    fmt.c_str(), M, to * 1e3, tg / to);
                         metrics[k + "_us"] = tq * 1e3;
                         metrics["cublas_bf16_" + std::to_string(M) + "x" + tag + "_us"] = tg * 1e3;
                         metrics["cublas_bf16_const_" + std::to_string(M) + "x" + tag + "_us"] = tc * 1e3;
