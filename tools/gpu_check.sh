@@ -8,6 +8,7 @@
 #   qmv_variants.json          the one-row kernel's variants, ablations and floors (bench/gpu/bench_qmv_variants.cu)
 #   dequant_variants.json      the prefill dequantization pass's variants (bench/gpu/bench_dequant_variants.cu)
 #   clocks.csv                 SM / memory clocks, power and throttle reasons every 20 ms beside the 27B runs (clocks)
+#   decode_chain.json          the persistent decode-chain probe against per-stage launches and the library (chain)
 #   nvidia-smi.txt             the card as found
 #   run_<model>_<device>.txt   greedy ids of `grimoire run` on models/demo(-gptq-int4), CPU against CUDA
 #
@@ -27,7 +28,7 @@ exec > >(tee -a "$LOG") 2>&1
 BUILD=${GRIMOIRE_PREBUILT:-build/cuda}
 if [ -z "${GRIMOIRE_PREBUILT:-}" ]; then
     cmake --preset cuda -DGRIMOIRE_WERROR=ON || exit 1
-    cmake --build "$BUILD" --target grimoire bench_qwen35_27b bench_quant_kernels bench_qmv_variants bench_dequant_variants bench_qmv_wgmma \
+    cmake --build "$BUILD" --target grimoire bench_qwen35_27b bench_quant_kernels bench_qmv_variants bench_dequant_variants bench_qmv_wgmma probe_decode_chain \
         $(cd tests/gpu && ls test_*.cpp | sed 's/\.cpp$//') -j"$(nproc)" || exit 1
 fi
 export LD_LIBRARY_PATH="${GRIMOIRE_PREBUILT_LIBS:+$GRIMOIRE_PREBUILT_LIBS:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -46,7 +47,8 @@ head -15 "$OUT/nvidia-smi.txt"
 COMMIT=${GRIMOIRE_COMMIT:-$(cat "$BUILD/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 status=0
-# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, w8a8, e2e, clocks),
+# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, w8a8, e2e, clocks,
+# chain),
 # default all.
 # A device command is limited in time: the sections can be split over calls.
 want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
@@ -171,5 +173,12 @@ if want clocks; then
     done
     sleep 1
     kill "$smi"
+fi
+if want chain; then
+    # bench/gpu/probe_decode_chain.cu: 16 layers of the 27B INT4 MLP as one persistent kernel that streams the
+    # weights across the dependent projections, against the same code launched per stage and the library's chain.
+    echo "== persistent decode-chain probe (checked on 2 layers against the host first)"
+    timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/probe_decode_chain" --commit "$COMMIT" \
+        --out "$OUT/decode_chain.json" || status=1
 fi
 exit $status

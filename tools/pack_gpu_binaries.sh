@@ -15,7 +15,7 @@ BUILD=${1:-build/cuda-dev}
 names=()
 # bench_qmv_wgmma and bench_dequant_variants (the `variants` section's prototypes) only with GRIMOIRE_PACK_ALL=1:
 # with them the pack (11.5 MB at 9ae05cf) left the carry ~0.2 MB under its limit.
-benches="grimoire bench_qwen35_27b bench_quant_kernels bench_qmv_variants bench_decode_ops"
+benches="grimoire bench_qwen35_27b bench_quant_kernels bench_qmv_variants bench_decode_ops probe_decode_chain"
 [ "${GRIMOIRE_PACK_ALL:-0}" = 1 ] && benches="$benches bench_qmv_wgmma bench_dequant_variants"
 for b in $benches; do
     [ -x "$BUILD/$b" ] && names+=("$b")
