@@ -7,8 +7,8 @@
 // barrier and the next small op (here the RMSNorm) run.
 //
 // The chain is the 27B MLP, L layers of: xn = rmsnorm(res) * wn; h = silu(W_gate xn) * (W_up xn) (5120 ->
-// 2 x 17408); res += W_down h (17408 -> 5120); INT4 symmetric group 128, F16 scales, one row. Forms timed on
-// the same chain (same bytes per layer):
+// 2 x 17408); res += W_down h (17408 -> 5120); one row; INT4 symmetric group 128 with F16 scales, and FP8
+// E4M3 with F32 scales per 128 channels. Forms timed on the same chain (same bytes per layer), per format:
 // - persist: one cooperative launch for all 2 L stages, one block per SM. A producer warp streams the
 //   block's tiles of every stage in order into a 4 x 48 KB shared ring by bulk async copies (mbarrier
 //   completion) and never waits on the grid; 8 consumer warps wait at a grid barrier per stage (arrival
@@ -18,21 +18,25 @@
 // - persist_loads: persist with the consumers taking the tiles without computing (the streaming bound).
 // - stages: the same kernel launched once per stage, 2 L plain launches replayed from a CUDA graph (the
 //   kernel-per-op form of the same code).
-// - library: the library's chain on the same shapes as the decode step runs it: add_rmsnorm, qmm_int4 of
-//   the stacked gate | up with glu parts, qmm_int4 of down (graph, programmatic launches).
-// - state_*: persist, persist_noacross and stages with a third stage a layer after down, a stand-in for the
-//   Gated DeltaNet step: 40 blocks read and write 64 KB states while the other SMs have nothing to compute
-//   (state_stage below). Its 5 MB of state traffic a layer is not in the ratios.
+// - layer: one launch per layer, its stages behind grid barriers (what would fit the engine's step as one
+//   kernel per MLP block).
+// - library: the library's chain on the same shapes as the decode step runs it: add_rmsnorm, qmm of the
+//   stacked gate | up (INT4 with glu parts; FP8 one row then silu_mul), qmm of down (graph, programmatic
+//   launches).
+// - state_*: persist, persist_noacross, stages and layer with a third stage a layer after down, a stand-in
+//   for the Gated DeltaNet step: 40 blocks read and write 64 KB states while the other SMs have nothing to
+//   compute (state_stage below). Its 5 MB of state traffic a layer is not in the ratios.
 // The probe's weight layout (a tile = R whole rows, contiguous, then their scales) and its CUDA-core dot
-// product (half2, exact codes) are its own: the library's tile layout and mma path are not reproduced. What
-// it measures is the structure: persist against stages, persist_loads against copy.
+// product (half2) are its own: the library's tile layout and mma path are not reproduced. What it measures
+// is the structure: persist and layer against stages, persist_loads against copy.
 //
 // Checked first on 2-layer chains, with and without the state stage, against a host reference (double sums
-// of the same half-rounded xn and h); the persistent and per-stage forms must agree bit for bit (same code,
-// same order).
+// of the same half-rounded xn and h); the persistent, per-stage and per-layer forms must agree bit for bit
+// (same code, same order).
 //
-//   probe_decode_chain [--layers L] [--out results.json] [--commit SHA]
+//   probe_decode_chain [--layers L] [--only int4|fp8] [--out results.json] [--commit SHA]
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -65,43 +69,43 @@ constexpr int kD = 5120, kI = 17408;  // the 27B hidden and intermediate sizes
 constexpr float kEps = 1e-6f;
 constexpr int kHead = 128, kHeads = kD / kHead;  // the state stage: 40 heads of 128 over the residual
 
-// A row of an [N, K] weight: K / 2 bytes of codes (16-byte vectors of 32 channels), then its K / 128 F16
-// scales in the tile's scale block. Within a vector, word j (0..3) holds channels 8 j + e at nibble (e & 1) *
-// 4 + (e >> 1), so one shift + mask + or of the word gives the half2 pair (channel 2 i, 2 i + 1) as 1024 + q.
-__host__ __device__ constexpr int row_qbytes(int K) {
-    return K / 2;
-}
-__host__ __device__ constexpr int row_groups(int K) {
-    return K / 128;
-}
-__host__ __device__ constexpr int tile_bytes(int rows, int K) {
-    return rows * (row_qbytes(K) + 2 * row_groups(K));
-}
-
-// gate | up: a tile is 8 gate rows then the 8 up rows of the same 8 outputs of h; down: 4 rows.
-constexpr int kGuRows = 16, kGuPairs = kGuRows / 2;
-constexpr int kDnRows = 4;
-constexpr int kGuTileBytes = tile_bytes(kGuRows, kD);  // 42240
-constexpr int kDnTileBytes = tile_bytes(kDnRows, kI);  // 35904
-constexpr int kGuTiles = kI / kGuPairs;                // 2176
-constexpr int kDnTiles = kD / kDnRows;                 // 1280
-constexpr size_t kGuBytes = static_cast<size_t>(kGuTiles) * kGuTileBytes;
-constexpr size_t kDnBytes = static_cast<size_t>(kDnTiles) * kDnTileBytes;
-static_assert(kGuTileBytes <= kSlotBytes && kDnTileBytes <= kSlotBytes, "a tile fits a ring slot");
-static_assert(kGuTileBytes % 16 == 0 && kDnTileBytes % 16 == 0, "bulk copies move 16-byte multiples");
-
-// Consumer lanes and the channels they own. gate | up: each warp does two whole rows of a tile (gate w, up
-// w), lane l the vectors l + 32 i (i < 5) of a row, so its 160 x values stay in registers for the stage.
-// down: warp w owns vectors [68 w, 68 w + 68) of all 4 rows, lane l the vectors 68 w + l + 32 i where l + 32
-// i < 68.
-constexpr int kGuLaneVecs = kD / 32 / 32;           // 5
-constexpr int kDnSlice = kI / 32 / kConsumerWarps;  // 68
-constexpr int kDnLaneVecs = (kDnSlice + 31) / 32;   // 3
-static_assert(kD / 32 % 32 == 0 && kI / 32 % kConsumerWarps == 0, "the lane split covers K exactly");
+// Each format's tile geometry. A row of an [N, K] weight is its codes (16-byte vectors: 32 INT4 or 16 FP8
+// channels), then its K / 128 scales (F16 for INT4, F32 for FP8) in the tile's scale block after the rows.
+// INT4: within a vector, word j (0..3) holds channels 8 j + e at nibble (e & 1) * 4 + (e >> 1), so one shift
+// + mask + or of the word gives the half2 pair (channel 2 i, 2 i + 1) as 1024 + q. FP8: E4M3 bytes in
+// channel order; the format's 128 x 128 scale blocks are stored per row here (its bytes are counted).
+// gate | up: a tile is the gate rows, then the up rows of the same outputs of h; its kGuParts warps per
+// output each cover kGuSlice vectors of both rows. down: warp w covers vectors [kDnSlice w, + kDnSlice) of
+// every row of the tile. A lane takes the vectors l + 32 i of its warp's slice, so its x stays in registers.
+template <bool FP8>
+struct Fmt {
+    static constexpr int kVecCh = FP8 ? 16 : 32;  // channels a 16-byte vector
+    static constexpr int kScaleBytes = FP8 ? 4 : 2;
+    static constexpr int kGuRows = FP8 ? 8 : 16, kGuPairs = kGuRows / 2;
+    static constexpr int kDnRows = FP8 ? 2 : 4;
+    __host__ __device__ static constexpr int qbytes(int K) { return FP8 ? K : K / 2; }
+    __host__ __device__ static constexpr int row_bytes(int K) { return qbytes(K) + kScaleBytes * (K / 128); }
+    static constexpr int kGuTileBytes = kGuRows * row_bytes(kD);  // 42240 (both formats)
+    static constexpr int kDnTileBytes = kDnRows * row_bytes(kI);  // 35904 (both formats)
+    static constexpr int kGuTiles = kI / kGuPairs, kDnTiles = kD / kDnRows;
+    static constexpr size_t kGuBytes = static_cast<size_t>(kGuTiles) * kGuTileBytes;
+    static constexpr size_t kDnBytes = static_cast<size_t>(kDnTiles) * kDnTileBytes;
+    static constexpr int kGuParts = kConsumerWarps / kGuPairs;     // 1 / 2
+    static constexpr int kGuSlice = kD / kVecCh / kGuParts;        // 160
+    static constexpr int kGuLaneVecs = kGuSlice / 32;              // 5
+    static constexpr int kDnSlice = kI / kVecCh / kConsumerWarps;  // 68 / 136
+    static constexpr int kDnLaneVecs = (kDnSlice + 31) / 32;       // 3 / 5
+    static constexpr int kVecPairs = kVecCh / 2;                   // half2 of x a vector
+    static constexpr int kVecsPerGroup = 128 / kVecCh;
+    static_assert(kGuTileBytes <= kSlotBytes && kDnTileBytes <= kSlotBytes, "a tile fits a ring slot");
+    static_assert(kGuTileBytes % 16 == 0 && kDnTileBytes % 16 == 0, "bulk copies move 16-byte multiples");
+    static_assert(kGuSlice % 32 == 0 && kI / kVecCh % kConsumerWarps == 0, "the lane split covers K exactly");
+    static_assert(kGuParts * kGuPairs == kConsumerWarps, "the gate | up warps cover the tile");
+};
 
 struct Chain {
-    const uint8_t* gu = nullptr;  // [layers][kGuBytes]
-    const uint8_t* dn = nullptr;  // [layers][kDnBytes]
+    const uint8_t* gu = nullptr;  // [layers][Fmt::kGuBytes]
+    const uint8_t* dn = nullptr;  // [layers][Fmt::kDnBytes]
     const float* wn = nullptr;    // [layers][kD] RMSNorm weights
     float* res = nullptr;         // [kD] the residual stream
     __half* h = nullptr;          // [kI]
@@ -166,39 +170,60 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// sum over the vector's 32 channels of (q - 8) x, in half2 (the codes and q - 8 are exact in half; the
-// products and adds round to 11 bits, over 16 steps of |term| <= 8 |x|), then widened.
+// sum over the vector's channels of w x, in half2, then widened. INT4: w = q - 8 (the codes and q - 8 are
+// exact in half; the products and adds round to 11 bits over 16 steps of |term| <= 8 |x|). FP8: w = e4m3(b),
+// exact in half, 8 steps.
+template <bool FP8>
 __device__ __forceinline__ float dot_vec(const uint4 w, const half2* x) {
     const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-    const half2 bias = __float2half2_rn(1032.f);
     half2 acc = __float2half2_rn(0.f);
+    if constexpr (FP8) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+        for (int j = 0; j < 4; ++j) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const uint32_t m = ((ws[j] >> (4 * i)) & 0x000F000Fu) | 0x64006400u;
-            half2 q;
-            memcpy(&q, &m, 4);
-            acc = __hfma2(__hsub2(q, bias), x[4 * j + i], acc);
+            for (int i = 0; i < 2; ++i) {
+                const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
+                    static_cast<__nv_fp8x2_storage_t>(ws[j] >> (16 * i)), __NV_E4M3);
+                acc = __hfma2(half2(r), x[2 * j + i], acc);
+            }
+        }
+    } else {
+        const half2 bias = __float2half2_rn(1032.f);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const uint32_t m = ((ws[j] >> (4 * i)) & 0x000F000Fu) | 0x64006400u;
+                half2 q;
+                memcpy(&q, &m, 4);
+                acc = __hfma2(__hsub2(q, bias), x[4 * j + i], acc);
+            }
         }
     }
     return __low2float(acc) + __high2float(acc);
 }
+template <bool FP8>
+__device__ __forceinline__ float scale_at(const uint8_t* block, int i) {
+    if constexpr (FP8)
+        return reinterpret_cast<const float*>(block)[i];
+    else
+        return __half2float(reinterpret_cast<const __half*>(block)[i]);
+}
 
 struct Smem {
     alignas(128) uint8_t ring[kSlots][kSlotBytes];
-    half2 xs[kD / 2];                       // the stage's xn (gate | up), half
-    float red[2][kDnRows][kConsumerWarps];  // down: per-warp partials, double-buffered by tile
+    half2 xs[kD / 2];                    // the stage's xn (gate | up), half
+    float red[2][4][kConsumerWarps];     // down: per-warp partials of up to 4 rows, double-buffered by tile
+    float red_gu[2][kConsumerWarps][2];  // gate | up split over warps (FP8): per-warp g and u
     float ss[kConsumerWarps];
     float ss_k[128];  // the state stage's k
     uint64_t full[kSlots], empty[kSlots];
 };
 
-// The state stage, a stand-in for the Gated DeltaNet step between the projections (here 40 heads of 64 KB,
-// read and written by 40 blocks, while the other SMs have nothing to compute): block b < kHeads takes k =
-// res[128 b ..
-// + 127] / |k|, S_b = 0.9 S_b + k k^T, res[128 b + i] += 0.01 (S_b k)_i. Each block touches only its own
-// slice.
+// The state stage, a stand-in for the Gated DeltaNet step between the projections: 40 heads of 64 KB, read
+// and written by 40 blocks while the other SMs have nothing to compute. Block b < kHeads takes
+// k = res[128 b .. 128 b + 127] / |k|, S_b = 0.9 S_b + k k^T, res[128 b + i] += 0.01 (S_b k)_i; each block
+// touches only its own slice of res.
 __device__ void state_stage(const Chain& c, Smem& sm, int b, int warp, int lane, int ct) {
     float* kv = sm.ss_k;
     if (ct < kHead) kv[ct] = __ldcg(c.res + kHead * b + ct);
@@ -226,8 +251,10 @@ __device__ void state_stage(const Chain& c, Smem& sm, int b, int warp, int lane,
     }
 }
 
+template <bool FP8>
 __global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using F = Fmt<FP8>;
     extern __shared__ __align__(128) uint8_t smem_raw[];
     Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -246,9 +273,9 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c) {
             const int kind = s % c.per_layer, layer = s / c.per_layer;
             if (kind == 2) continue;  // the state stage streams no weights
             const bool gu = kind == 0;
-            const uint8_t* base = gu ? c.gu + static_cast<size_t>(layer) * kGuBytes
-                                     : c.dn + static_cast<size_t>(layer) * kDnBytes;
-            const int tiles = gu ? kGuTiles : kDnTiles, tb = gu ? kGuTileBytes : kDnTileBytes;
+            const uint8_t* base = gu ? c.gu + static_cast<size_t>(layer) * F::kGuBytes
+                                     : c.dn + static_cast<size_t>(layer) * F::kDnBytes;
+            const int tiles = gu ? F::kGuTiles : F::kDnTiles, tb = gu ? F::kGuTileBytes : F::kDnTileBytes;
             for (int t = static_cast<int>(blockIdx.x); t < tiles; t += static_cast<int>(G), ++it) {
                 const int slot = static_cast<int>(it % kSlots);
                 const uint32_t use = it / kSlots;
@@ -273,13 +300,14 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c) {
         if (kind == 2) {
             if (blockIdx.x < kHeads) state_stage(c, sm, static_cast<int>(blockIdx.x), warp, lane, ct);
         } else if (kind == 0) {
-            // xn = rmsnorm(res) * wn into shared memory (each thread 20 channels), then each lane's 160 into
+            // xn = rmsnorm(res) * wn into shared memory (each thread 20 channels), then each lane's into
             // registers.
             const float* wn = c.wn + static_cast<size_t>(layer) * kD;
-            float4 r[kD / 4 / (kConsumerWarps * 32)];
+            constexpr int kPer = kD / 4 / (kConsumerWarps * 32);
+            float4 r[kPer];
             float ss = 0.f;
 #pragma unroll
-            for (int i = 0; i < kD / 4 / (kConsumerWarps * 32); ++i) {
+            for (int i = 0; i < kPer; ++i) {
                 r[i] = __ldcg(reinterpret_cast<const float4*>(c.res) + ct + i * kConsumerWarps * 32);
                 ss += r[i].x * r[i].x + r[i].y * r[i].y + r[i].z * r[i].z + r[i].w * r[i].w;
             }
@@ -291,77 +319,90 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c) {
             for (int w = 0; w < kConsumerWarps; ++w) tot += sm.ss[w];
             const float inv = rsqrtf(tot / kD + kEps);
 #pragma unroll
-            for (int i = 0; i < kD / 4 / (kConsumerWarps * 32); ++i) {
+            for (int i = 0; i < kPer; ++i) {
                 const int q4 = ct + i * kConsumerWarps * 32;
                 const float4 g = __ldg(reinterpret_cast<const float4*>(wn) + q4);
                 sm.xs[2 * q4] = __floats2half2_rn(r[i].x * inv * g.x, r[i].y * inv * g.y);
                 sm.xs[2 * q4 + 1] = __floats2half2_rn(r[i].z * inv * g.z, r[i].w * inv * g.w);
             }
             consumers_sync();
-            half2 x[kGuLaneVecs][16];
+            const int pair = warp % F::kGuPairs, part = warp / F::kGuPairs;
+            half2 x[F::kGuLaneVecs][F::kVecPairs];
 #pragma unroll
-            for (int i = 0; i < kGuLaneVecs; ++i)
+            for (int i = 0; i < F::kGuLaneVecs; ++i)
 #pragma unroll
-                for (int p = 0; p < 16; ++p) x[i][p] = sm.xs[16 * (lane + 32 * i) + p];
-            for (int t = static_cast<int>(blockIdx.x); t < kGuTiles; t += static_cast<int>(G), ++it) {
+                for (int q = 0; q < F::kVecPairs; ++q)
+                    x[i][q] = sm.xs[F::kVecPairs * (F::kGuSlice * part + lane + 32 * i) + q];
+            for (int t = static_cast<int>(blockIdx.x); t < F::kGuTiles; t += static_cast<int>(G), ++it) {
                 const int slot = static_cast<int>(it % kSlots);
                 mbar_wait(&sm.full[slot], (it / kSlots) & 1);
                 float g = 0.f, u = 0.f;
                 if (c.math) {
                     const uint8_t* tile = sm.ring[slot];
-                    const uint8_t* sc = tile + kGuRows * row_qbytes(kD);
-                    const uint8_t* rg = tile + warp * row_qbytes(kD);
-                    const uint8_t* ru = tile + (warp + kGuPairs) * row_qbytes(kD);
-                    const __half* sg = reinterpret_cast<const __half*>(sc) + warp * row_groups(kD);
-                    const __half* su =
-                        reinterpret_cast<const __half*>(sc) + (warp + kGuPairs) * row_groups(kD);
+                    const uint8_t* sc = tile + F::kGuRows * F::qbytes(kD);
+                    const uint8_t* rg = tile + pair * F::qbytes(kD);
+                    const uint8_t* ru = tile + (pair + F::kGuPairs) * F::qbytes(kD);
+                    const int sg = pair * (kD / 128), su = (pair + F::kGuPairs) * (kD / 128);
 #pragma unroll
-                    for (int i = 0; i < kGuLaneVecs; ++i) {
-                        const int v = lane + 32 * i;
+                    for (int i = 0; i < F::kGuLaneVecs; ++i) {
+                        const int v = F::kGuSlice * part + lane + 32 * i;
                         const uint4 wg = *reinterpret_cast<const uint4*>(rg + 16 * v);
                         const uint4 wu = *reinterpret_cast<const uint4*>(ru + 16 * v);
-                        g += __half2float(sg[v / 4]) * dot_vec(wg, x[i]);
-                        u += __half2float(su[v / 4]) * dot_vec(wu, x[i]);
+                        g += scale_at<FP8>(sc, sg + v / F::kVecsPerGroup) * dot_vec<FP8>(wg, x[i]);
+                        u += scale_at<FP8>(sc, su + v / F::kVecsPerGroup) * dot_vec<FP8>(wu, x[i]);
                     }
                     g = warp_sum(g), u = warp_sum(u);
                 }
                 __syncwarp();
-                if (lane == 0) {
-                    mbar_arrive(&sm.empty[slot]);
-                    __stcg(c.h + t * kGuPairs + warp, __float2half_rn(g / (1.f + __expf(-g)) * u));
+                if (lane == 0) mbar_arrive(&sm.empty[slot]);
+                if constexpr (F::kGuParts == 1) {
+                    if (lane == 0)
+                        __stcg(c.h + t * F::kGuPairs + pair, __float2half_rn(g / (1.f + __expf(-g)) * u));
+                } else {
+                    if (lane == 0) sm.red_gu[rbuf][warp][0] = g, sm.red_gu[rbuf][warp][1] = u;
+                    consumers_sync();
+                    if (ct < F::kGuPairs) {
+                        float gs = 0.f, us = 0.f;
+#pragma unroll
+                        for (int q = 0; q < F::kGuParts; ++q)
+                            gs += sm.red_gu[rbuf][ct + q * F::kGuPairs][0],
+                                us += sm.red_gu[rbuf][ct + q * F::kGuPairs][1];
+                        __stcg(c.h + t * F::kGuPairs + ct, __float2half_rn(gs / (1.f + __expf(-gs)) * us));
+                    }
+                    rbuf ^= 1;
                 }
             }
         } else {
             // down: this lane's h channels straight into registers.
-            half2 x[kDnLaneVecs][16];
+            half2 x[F::kDnLaneVecs][F::kVecPairs];
 #pragma unroll
-            for (int i = 0; i < kDnLaneVecs; ++i) {
+            for (int i = 0; i < F::kDnLaneVecs; ++i) {
                 const int lv = lane + 32 * i;
-                const int v = kDnSlice * warp + (lv < kDnSlice ? lv : 0);
-                const uint4* src = reinterpret_cast<const uint4*>(c.h + 32 * v);
+                const int v = F::kDnSlice * warp + (lv < F::kDnSlice ? lv : 0);
+                const uint4* src = reinterpret_cast<const uint4*>(c.h + F::kVecCh * v);
 #pragma unroll
-                for (int q = 0; q < 4; ++q) {
+                for (int q = 0; q < F::kVecCh / 8; ++q) {
                     const uint4 w = __ldcg(src + q);
                     memcpy(&x[i][4 * q], &w, 16);
                 }
             }
-            for (int t = static_cast<int>(blockIdx.x); t < kDnTiles; t += static_cast<int>(G), ++it) {
+            for (int t = static_cast<int>(blockIdx.x); t < F::kDnTiles; t += static_cast<int>(G), ++it) {
                 const int slot = static_cast<int>(it % kSlots);
                 mbar_wait(&sm.full[slot], (it / kSlots) & 1);
                 const uint8_t* tile = sm.ring[slot];
-                const __half* sc = reinterpret_cast<const __half*>(tile + kDnRows * row_qbytes(kI));
+                const uint8_t* sc = tile + F::kDnRows * F::qbytes(kI);
 #pragma unroll
-                for (int r = 0; r < kDnRows; ++r) {
+                for (int r = 0; r < F::kDnRows; ++r) {
                     float a = 0.f;
                     if (c.math) {
-                        const uint8_t* row = tile + r * row_qbytes(kI);
+                        const uint8_t* row = tile + r * F::qbytes(kI);
 #pragma unroll
-                        for (int i = 0; i < kDnLaneVecs; ++i) {
+                        for (int i = 0; i < F::kDnLaneVecs; ++i) {
                             const int lv = lane + 32 * i;
-                            if (lv < kDnSlice) {
-                                const int v = kDnSlice * warp + lv;
-                                a += __half2float(sc[r * row_groups(kI) + v / 4]) *
-                                     dot_vec(*reinterpret_cast<const uint4*>(row + 16 * v), x[i]);
+                            if (lv < F::kDnSlice) {
+                                const int v = F::kDnSlice * warp + lv;
+                                a += scale_at<FP8>(sc, r * (kI / 128) + v / F::kVecsPerGroup) *
+                                     dot_vec<FP8>(*reinterpret_cast<const uint4*>(row + 16 * v), x[i]);
                             }
                         }
                         a = warp_sum(a);
@@ -371,11 +412,11 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c) {
                 __syncwarp();
                 if (lane == 0) mbar_arrive(&sm.empty[slot]);
                 consumers_sync();
-                if (ct < kDnRows) {
+                if (ct < F::kDnRows) {
                     float y = 0.f;
 #pragma unroll
                     for (int w = 0; w < kConsumerWarps; ++w) y += sm.red[rbuf][ct][w];
-                    float* dst = c.res + t * kDnRows + ct;
+                    float* dst = c.res + t * F::kDnRows + ct;
                     __stcg(dst, __ldcg(dst) + y);
                 }
                 rbuf ^= 1;
@@ -399,11 +440,13 @@ void* dalloc(size_t n) {
     return p;
 }
 
-// Random codes and scales in the probe's layout, on the device: codes from random_bits, then each row's
-// scales overwritten with F16 values in [0.005, 0.015): large enough that two layers move the residual by
-// O(10), so the check below sees every row.
-__global__ void fill_scales_kernel(uint8_t* w, int rows, int K, int tiles, uint64_t seed) {
-    const int64_t per_tile = static_cast<int64_t>(rows) * row_groups(K);
+// Random codes and scales in the probe's layout, on the device: codes from random_bits (FP8: every byte
+// finite, |w| < 2), then each row's scales overwritten with values in [lo, 3 lo): large enough that two
+// layers move the residual by O(10), so the check below sees every row.
+template <bool FP8>
+__global__ void fill_scales_kernel(uint8_t* w, int rows, int K, int tiles, uint64_t seed, float lo) {
+    using F = Fmt<FP8>;
+    const int64_t per_tile = static_cast<int64_t>(rows) * (K / 128);
     const int64_t n = per_tile * tiles;
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -412,68 +455,83 @@ __global__ void fill_scales_kernel(uint8_t* w, int rows, int K, int tiles, uint6
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
         z ^= z >> 31;
-        const float s = 0.005f + 0.01f * static_cast<float>(z >> 40) / static_cast<float>(1ull << 24);
-        __half* sc = reinterpret_cast<__half*>(w + t * tile_bytes(rows, K) +
-                                               static_cast<int64_t>(rows) * row_qbytes(K));
-        sc[j] = __float2half_rn(s);
+        const float s = lo + 2.f * lo * static_cast<float>(z >> 40) / static_cast<float>(1ull << 24);
+        uint8_t* block = w + t * rows * F::row_bytes(K) + static_cast<int64_t>(rows) * F::qbytes(K);
+        if constexpr (FP8)
+            reinterpret_cast<float*>(block)[j] = s;
+        else
+            reinterpret_cast<__half*>(block)[j] = __float2half_rn(s);
     }
 }
 
+template <bool FP8>
 void fill_weights(uint8_t* w, int rows, int K, int tiles, uint64_t seed) {
-    const size_t bytes = static_cast<size_t>(tiles) * tile_bytes(rows, K);
-    gc::random_bits(reinterpret_cast<uint32_t*>(w), static_cast<int64_t>(bytes / 4), seed, 0xFFFFFFFFu,
-                    nullptr);
-    fill_scales_kernel<<<1024, 256>>>(w, rows, K, tiles, seed + 7);
+    const size_t bytes = static_cast<size_t>(tiles) * rows * Fmt<FP8>::row_bytes(K);
+    gc::random_bits(reinterpret_cast<uint32_t*>(w), static_cast<int64_t>(bytes / 4), seed,
+                    FP8 ? 0xBFBFBFBFu : 0xFFFFFFFFu, nullptr);
+    fill_scales_kernel<FP8><<<1024, 256>>>(w, rows, K, tiles, seed + 7, FP8 ? 0.02f : 0.003f);
     check(cudaGetLastError(), "fill_scales");
 }
 
-int nibble_code(const uint8_t* row, int k) {  // the probe's layout, for the host reference
-    const int v = k / 32, j = (k % 32) / 8, e = k % 8;
-    uint32_t word;
-    std::memcpy(&word, row + 16 * v + 4 * j, 4);
-    return static_cast<int>((word >> (4 * ((e & 1) * 4 + (e >> 1)))) & 15u);
+// The weight of channel k of a row in the probe's layout, for the host reference.
+template <bool FP8>
+double code_value(const uint8_t* row, int k) {
+    if constexpr (FP8) {
+        return grimoire::fp8_e4m3_to_f32(row[k]);
+    } else {
+        const int v = k / 32, j = (k % 32) / 8, e = k % 8;
+        uint32_t word;
+        std::memcpy(&word, row + 16 * v + 4 * j, 4);
+        return static_cast<int>((word >> (4 * ((e & 1) * 4 + (e >> 1)))) & 15u) - 8;
+    }
 }
 float half_round(float v) {
     return __half2float(__float2half_rn(v));
 }
-float scale_of(const uint8_t* tile, int rows, int K, int r, int g) {
-    __half h;
-    std::memcpy(
-        &h,
-        tile + static_cast<size_t>(rows) * row_qbytes(K) + 2 * (static_cast<size_t>(r) * row_groups(K) + g),
-        2);
-    return __half2float(h);
-}
+template <bool FP8>
 double row_dot(const uint8_t* tile, int rows, int K, int r, const std::vector<float>& x) {
-    const uint8_t* row = tile + static_cast<size_t>(r) * row_qbytes(K);
+    using F = Fmt<FP8>;
+    const uint8_t* row = tile + static_cast<size_t>(r) * F::qbytes(K);
+    const uint8_t* sc =
+        tile + static_cast<size_t>(rows) * F::qbytes(K) + static_cast<size_t>(r) * (K / 128) * F::kScaleBytes;
     double acc = 0;
-    for (int g = 0; g < row_groups(K); ++g) {
+    for (int g = 0; g < K / 128; ++g) {
         double a = 0;
         for (int k = 128 * g; k < 128 * (g + 1); ++k)
-            a += (nibble_code(row, k) - 8) * static_cast<double>(x[k]);
-        acc += a * scale_of(tile, rows, K, r, g);
+            a += code_value<FP8>(row, k) * static_cast<double>(x[k]);
+        float s;
+        if constexpr (FP8) {
+            std::memcpy(&s, sc + 4 * g, 4);
+        } else {
+            __half h;
+            std::memcpy(&h, sc + 2 * g, 2);
+            s = __half2float(h);
+        }
+        acc += a * s;
     }
     return acc;
 }
 // One layer of the chain on the host: the device's rounding points (xn and h to half), double sums.
+template <bool FP8>
 void host_layer(std::vector<float>& res,
                 const std::vector<float>& wn,
                 const std::vector<uint8_t>& gu,
                 const std::vector<uint8_t>& dn) {
+    using F = Fmt<FP8>;
     double ss = 0;
     for (float v : res) ss += static_cast<double>(v) * v;
     const float inv = 1.0f / std::sqrt(static_cast<float>(ss / kD) + kEps);
     std::vector<float> xn(kD), h(kI);
     for (int k = 0; k < kD; ++k) xn[k] = half_round(res[k] * inv * wn[k]);
     for (int p = 0; p < kI; ++p) {
-        const uint8_t* tile = gu.data() + static_cast<size_t>(p / kGuPairs) * kGuTileBytes;
-        const double g = row_dot(tile, kGuRows, kD, p % kGuPairs, xn);
-        const double u = row_dot(tile, kGuRows, kD, p % kGuPairs + kGuPairs, xn);
+        const uint8_t* tile = gu.data() + static_cast<size_t>(p / F::kGuPairs) * F::kGuTileBytes;
+        const double g = row_dot<FP8>(tile, F::kGuRows, kD, p % F::kGuPairs, xn);
+        const double u = row_dot<FP8>(tile, F::kGuRows, kD, p % F::kGuPairs + F::kGuPairs, xn);
         h[p] = half_round(static_cast<float>(g / (1.0 + std::exp(-g)) * u));
     }
     for (int j = 0; j < kD; ++j) {
-        const uint8_t* tile = dn.data() + static_cast<size_t>(j / kDnRows) * kDnTileBytes;
-        res[j] += static_cast<float>(row_dot(tile, kDnRows, kI, j % kDnRows, h));
+        const uint8_t* tile = dn.data() + static_cast<size_t>(j / F::kDnRows) * F::kDnTileBytes;
+        res[j] += static_cast<float>(row_dot<FP8>(tile, F::kDnRows, kI, j % F::kDnRows, h));
     }
 }
 // The state stage on the host (state_stage's math in double; S [kHeads][kHead][kHead]).
@@ -496,7 +554,9 @@ void host_state(std::vector<float>& res, std::vector<double>& S) {
     }
 }
 
+template <bool FP8>
 struct Probe {
+    using F = Fmt<FP8>;
     int layers = 16;
     int sms = 0;
     size_t smem = sizeof(Smem);
@@ -524,7 +584,7 @@ struct Probe {
     void persist(int n, int across, int math, cudaStream_t s) {
         Chain c = chain(0, per_layer * n, across, math);
         void* args[] = {&c};
-        check(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(chain_kernel),
+        check(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(chain_kernel<FP8>),
                                           dim3(static_cast<unsigned>(sms)), dim3(kThreads), args, smem, s),
               "cooperative launch");
         ++epoch;
@@ -532,208 +592,289 @@ struct Probe {
     // One plain launch per stage (a stage's blocks wait on nothing but the launch order).
     void stages(int n, int math, cudaStream_t s) const {
         for (int st = 0; st < per_layer * n; ++st)
-            chain_kernel<<<static_cast<unsigned>(sms), kThreads, smem, s>>>(chain(st, st + 1, 1, math));
+            chain_kernel<FP8><<<static_cast<unsigned>(sms), kThreads, smem, s>>>(chain(st, st + 1, 1, math));
+    }
+    // One plain launch per layer, its stages behind grid barriers: what fits the engine's kernel-per-block
+    // step. The counters are zeroed first (a graph replays the same epoch); one block per SM and nothing
+    // before it still running (plain launches on one stream) keep the grid co-resident.
+    void layer_launches(int n, cudaStream_t s) const {
+        check(cudaMemsetAsync(cnt, 0, 3 * static_cast<size_t>(layers) * 4, s), "cnt");
+        Probe q = *this;
+        q.epoch = 0;
+        for (int l = 0; l < n; ++l)
+            chain_kernel<FP8><<<static_cast<unsigned>(sms), kThreads, smem, s>>>(
+                q.chain(per_layer * l, per_layer * (l + 1), 1, 1));
     }
 };
+
+// The library's MLP chain on the same shapes, per layer as the decode step runs it (random codes and scales,
+// BF16 activations): add_rmsnorm, the stacked gate | up (INT4: glu parts, h straight from the kernel; FP8 one
+// row keeps two parts and silu_mul, as qmm_glu_ok says), down. Mean ms a layer.
+template <bool FP8>
+double library_chain_ms(int L) {
+    std::vector<void*> bufs;
+    auto alloc = [&bufs](size_t n) {
+        void* p = dalloc(n);
+        bufs.push_back(p);
+        return p;
+    };
+    std::vector<gc::Int4Dev> i4(2 * static_cast<size_t>(L));
+    std::vector<gc::Fp8Dev> f8(2 * static_cast<size_t>(L));
+    for (int l = 0; l < 2 * L; ++l) {
+        const int64_t N = l % 2 == 0 ? 2 * kI : kD, K = l % 2 == 0 ? kD : kI;
+        const uint64_t seed = 5000 + 4 * static_cast<uint64_t>(l);
+        if constexpr (FP8) {
+            gc::Fp8Dev& d = f8[l];
+            d.N = N, d.K = K, d.NT = N / 16, d.KC = K / 64, d.bn = 128, d.bk = 128, d.SN = N / 128,
+            d.SG = K / 128;
+            const size_t nw = static_cast<size_t>(d.NT * d.KC * 256), ns = static_cast<size_t>(d.SN * d.SG);
+            auto* w = static_cast<uint32_t*>(alloc(nw * 4));
+            auto* sc = static_cast<float*>(alloc(ns * 4));
+            gc::random_bits(w, static_cast<int64_t>(nw), seed, 0xBFBFBFBFu, nullptr);
+            gc::random_fill(sc, DType::F32, static_cast<int64_t>(ns), seed + 1, 0.005f, 0.02f, nullptr);
+            d.words = w, d.scales = sc;
+        } else {
+            gc::Int4Dev& d = i4[l];
+            d.N = N, d.K = K, d.NT = N / 16, d.KC = K / 64, d.G = K / 128, d.group_size = 128;
+            d.scale_dtype = DType::F16;
+            const size_t nw = static_cast<size_t>(d.NT * d.KC * 128),
+                         ns = static_cast<size_t>(d.G * d.NT * 16);
+            auto* w = static_cast<uint32_t*>(alloc(nw * 4));
+            void* sc = alloc(ns * 2);
+            gc::random_bits(w, static_cast<int64_t>(nw), seed, 0xFFFFFFFFu, nullptr);
+            gc::random_fill(sc, DType::F16, static_cast<int64_t>(ns), seed + 1, 0.0005f, 0.0015f, nullptr);
+            d.words = w, d.scales = sc;
+        }
+    }
+    size_t pb1 = 0, pb2 = 0;
+    int nc1 = 0, nc2 = 0;
+    gc::qmm_workspace_need(2 * kI, kD, &pb1, &nc1);
+    gc::qmm_workspace_need(kD, kI, &pb2, &nc2);
+    gc::QmmWorkspace ws;
+    ws.partial_bytes = std::max(pb1, pb2), ws.n_counters = std::max(nc1, nc2);
+    ws.partials = static_cast<float*>(alloc(ws.partial_bytes));
+    ws.counters = static_cast<int*>(alloc(static_cast<size_t>(ws.n_counters) * 4));
+    check(cudaMemset(ws.counters, 0, static_cast<size_t>(ws.n_counters) * 4), "counters");
+    auto* lres = static_cast<uint16_t*>(alloc(kD * 2));
+    auto* ly = static_cast<uint16_t*>(alloc(kD * 2));
+    auto* lxn = static_cast<uint16_t*>(alloc(kD * 2));
+    auto* lgu = static_cast<uint16_t*>(alloc(2 * kI * 2));
+    auto* lh = static_cast<uint16_t*>(alloc(kI * 2));
+    auto* lwn = static_cast<uint16_t*>(alloc(kD * 2));
+    gc::random_fill(lres, DType::BF16, kD, 31, 1.f, 0.f, nullptr);
+    gc::random_fill(ly, DType::BF16, kD, 32, 0.01f, 0.f, nullptr);
+    gc::random_fill(lwn, DType::BF16, kD, 33, 0.5f, 1.f, nullptr);
+    check(cudaDeviceSynchronize(), "library weights");
+    const auto dev = grimoire::Device::CUDA;
+    Tensor tres(lres, DType::BF16, dev, {1, kD}), ty(ly, DType::BF16, dev, {1, kD});
+    Tensor txn(lxn, DType::BF16, dev, {1, kD}), th(lh, DType::BF16, dev, {1, kI}),
+        twn(lwn, DType::BF16, dev, {kD});
+    Tensor tgu(lgu, DType::BF16, dev, {1, 2 * kI});
+    Tensor tgate(lgu, DType::BF16, dev, {1, kI}), tup(lgu + kI, DType::BF16, dev, {1, kI});
+    gc::QmmParts parts;
+    parts.n = 1, parts.glu = 1, parts.col[0] = 0, parts.col[1] = 2 * kI, parts.data[0] = lh;
+    const bool glu = gc::qmm_glu_ok(FP8, false, 1, 2 * kI, kD, 128, kD / 128);
+    const bool ahead = gc::pdl_ahead_enabled();
+    const double ms = grimoire::bench::time_graph_ms(
+        [&](int i, cudaStream_t s) {
+            const size_t l = static_cast<size_t>(i % L);
+            gc::add_rmsnorm(tres, ty, twn, kEps, grimoire::NormKind::PLAIN, txn, s, ahead);
+            if constexpr (FP8) {
+                gc::qmm_fp8(f8[2 * l], txn, tgu, ws, s);
+                gc::silu_mul(tgate, tup, th, s);
+                gc::qmm_fp8(f8[2 * l + 1], th, ty, ws, s);
+            } else {
+                if (glu) {
+                    gc::qmm_int4(i4[2 * l], txn, tgu, ws, s, 0, &parts);
+                } else {
+                    gc::qmm_int4(i4[2 * l], txn, tgu, ws, s);
+                    gc::silu_mul(tgate, tup, th, s);
+                }
+                gc::qmm_int4(i4[2 * l + 1], th, ty, ws, s);
+            }
+        },
+        2 * L);
+    for (void* p : bufs) cudaFree(p);
+    return ms;
+}
+
+// Checks, then times every form of one format; appends "<fmt>_<form>_us_per_layer" to metrics and
+// "<fmt>_<form>_bw" (of copy) and the comparisons to ratios. False when the check failed.
+template <bool FP8>
+bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ratios) {
+    using F = Fmt<FP8>;
+    const std::string fmt = FP8 ? "fp8" : "int4";
+    Probe<FP8> p;
+    p.layers = L, p.sms = sms;
+    check(cudaFuncSetAttribute(chain_kernel<FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(p.smem)),
+          "smem attribute");
+    int per_sm = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_kernel<FP8>, kThreads, p.smem),
+          "occupancy");
+    if (per_sm < 1) throw grimoire::Error("the chain kernel does not fit an SM");
+    std::printf("== %s: %zu bytes of shared memory a block, %d layers, %.1f MB a layer (%.1f us at copy)\n",
+                fmt.c_str(), p.smem, L, static_cast<double>(F::kGuBytes + F::kDnBytes) / 1e6,
+                static_cast<double>(F::kGuBytes + F::kDnBytes) / bw * 1e6);
+    std::vector<void*> bufs;
+    auto alloc = [&bufs](size_t n) {
+        void* q = dalloc(n);
+        bufs.push_back(q);
+        return q;
+    };
+    p.gu = static_cast<uint8_t*>(alloc(F::kGuBytes * L));
+    p.dn = static_cast<uint8_t*>(alloc(F::kDnBytes * L));
+    p.wn = static_cast<float*>(alloc(static_cast<size_t>(L) * kD * 4));
+    p.res = static_cast<float*>(alloc(kD * 4));
+    p.h = static_cast<__half*>(alloc(kI * 2));
+    p.cnt = static_cast<unsigned*>(alloc(3 * static_cast<size_t>(L) * 4));
+    const size_t state_bytes = static_cast<size_t>(kHeads) * kHead * kHead * 4;
+    p.state = static_cast<float*>(alloc(state_bytes));
+    for (int l = 0; l < L; ++l) {
+        fill_weights<FP8>(p.gu + F::kGuBytes * l, F::kGuRows, kD, F::kGuTiles, 1000 + 2 * l);
+        fill_weights<FP8>(p.dn + F::kDnBytes * l, F::kDnRows, kI, F::kDnTiles, 1001 + 2 * l);
+    }
+    std::vector<float> wn_h(static_cast<size_t>(L) * kD);
+    p.res0.resize(kD);
+    uint64_t z = 12345;
+    auto uni = [&z] {
+        z = z * 6364136223846793005ull + 1442695040888963407ull;
+        return static_cast<float>(z >> 40) / static_cast<float>(1ull << 24);
+    };
+    for (float& v : wn_h) v = 0.5f + uni();
+    for (float& v : p.res0) v = 2.f * uni() - 1.f;
+    check(cudaMemcpy(p.wn, wn_h.data(), wn_h.size() * 4, cudaMemcpyHostToDevice), "wn");
+    check(cudaDeviceSynchronize(), "fill");
+
+    // ---- correctness: two layers against the host; the per-stage and per-layer launches bit for bit ----
+    std::vector<std::vector<uint8_t>> hgu(2, std::vector<uint8_t>(F::kGuBytes)),
+        hdn(2, std::vector<uint8_t>(F::kDnBytes));
+    for (int l = 0; l < 2; ++l) {
+        check(cudaMemcpy(hgu[l].data(), p.gu + F::kGuBytes * l, F::kGuBytes, cudaMemcpyDeviceToHost), "gu");
+        check(cudaMemcpy(hdn[l].data(), p.dn + F::kDnBytes * l, F::kDnBytes, cudaMemcpyDeviceToHost), "dn");
+    }
+    for (int per_layer : {2, 3}) {
+        p.per_layer = per_layer;
+        std::vector<float> dev(kD), dev_st(kD), dev_ly(kD);
+        auto run = [&](std::vector<float>& outv, int form) {
+            p.reset_res();
+            p.reset_counters();
+            check(cudaMemset(p.state, 0, state_bytes), "state");
+            if (form == 0)
+                p.persist(2, 1, 1, nullptr);
+            else if (form == 1)
+                p.stages(2, 1, nullptr);
+            else
+                p.layer_launches(2, nullptr);
+            check(cudaMemcpy(outv.data(), p.res, kD * 4, cudaMemcpyDeviceToHost),
+                  "the chain (a trap here is a wait that timed out)");
+        };
+        run(dev, 0), run(dev_st, 1), run(dev_ly, 2);
+        std::vector<float> ref = p.res0;
+        std::vector<double> S(static_cast<size_t>(kHeads) * kHead * kHead, 0.0);
+        for (int l = 0; l < 2; ++l) {
+            host_layer<FP8>(ref, std::vector<float>(wn_h.begin() + l * kD, wn_h.begin() + (l + 1) * kD),
+                            hgu[l], hdn[l]);
+            if (per_layer == 3) host_state(ref, S);
+        }
+        // The half2 sums round each vector's 8-16 steps to 11 bits (~1e-3 of the vector's sum); 1e-2 of the
+        // largest change is far inside that and far below what a wrong channel, row or scale gives (order 1).
+        double max_delta = 0, max_err = 0;
+        for (int j = 0; j < kD; ++j) {
+            max_delta = std::max(max_delta, std::fabs(static_cast<double>(ref[j]) - p.res0[j]));
+            max_err = std::max(max_err, std::fabs(static_cast<double>(dev[j]) - ref[j]));
+        }
+        const bool same = std::memcmp(dev.data(), dev_st.data(), kD * 4) == 0 &&
+                          std::memcmp(dev.data(), dev_ly.data(), kD * 4) == 0;
+        const bool ok = max_err <= 1e-2 * max_delta + 1e-5 && max_delta > 1e-3 && same;
+        std::printf(
+            "%s check (2 layers, %d stages a layer): max |res - host| %.3g of max change %.3g; per-stage "
+            "and per-layer == persistent: %s -> %s\n",
+            fmt.c_str(), per_layer, max_err, max_delta, same ? "yes" : "NO", ok ? "ok" : "FAILED");
+        if (!ok) return false;
+    }
+
+    // ---- timing ----
+    const double layer_bytes = static_cast<double>(F::kGuBytes + F::kDnBytes);
+    auto record = [&](const char* name, double ms_per_layer) {
+        const double ratio = layer_bytes / (ms_per_layer * 1e-3) / bw;
+        std::printf("%s %-24s %8.2f us a layer  %.3f of copy\n", fmt.c_str(), name, ms_per_layer * 1e3,
+                    ratio);
+        grimoire::bench::add_entry(metrics, fmt + "_" + name + "_us_per_layer", ms_per_layer * 1e3);
+        grimoire::bench::add_entry(ratios, fmt + "_" + name + "_bw", ratio);
+        return ms_per_layer;
+    };
+    using grimoire::bench::time_graph_ms;
+    using grimoire::bench::time_ms;
+    double t[2][4] = {};  // [state][persist, noacross, stages, layer]
+    for (int st = 0; st < 2; ++st) {
+        p.per_layer = 2 + st;
+        p.reset_res();
+        p.reset_counters();
+        const std::string pre = st ? "state_" : "";
+        t[st][0] =
+            record((pre + "persist").c_str(), time_ms([&](int) { p.persist(L, 1, 1, nullptr); }, 10) / L);
+        t[st][1] = record((pre + "persist_noacross").c_str(),
+                          time_ms([&](int) { p.persist(L, 0, 1, nullptr); }, 10) / L);
+        if (!st) record("persist_loads", time_ms([&](int) { p.persist(L, 1, 0, nullptr); }, 10) / L);
+        t[st][2] = record((pre + "stages").c_str(),
+                          time_graph_ms([&](int, cudaStream_t s) { p.stages(L, 1, s); }, 2) / L);
+        t[st][3] = record((pre + "layer").c_str(),
+                          time_graph_ms([&](int, cudaStream_t s) { p.layer_launches(L, s); }, 2) / L);
+    }
+    for (void* q : bufs) cudaFree(q);
+    const double t_lib = record("library", library_chain_ms<FP8>(L));
+    grimoire::bench::add_entry(ratios, fmt + "_persist_over_library", t[0][0] / t_lib);
+    grimoire::bench::add_entry(ratios, fmt + "_layer_over_library", t[0][3] / t_lib);
+    grimoire::bench::add_entry(ratios, fmt + "_persist_over_stages", t[0][0] / t[0][2]);
+    grimoire::bench::add_entry(ratios, fmt + "_noacross_over_persist", t[0][1] / t[0][0]);
+    grimoire::bench::add_entry(ratios, fmt + "_state_persist_over_stages", t[1][0] / t[1][2]);
+    grimoire::bench::add_entry(ratios, fmt + "_state_layer_over_stages", t[1][3] / t[1][2]);
+    return true;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string out, commit = "unknown";
-    Probe p;
+    std::string out, commit = "unknown", only;
+    int layers = 16;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--layers" && i + 1 < argc)
-            p.layers = std::max(2, std::atoi(argv[++i]));
+            layers = std::max(2, std::atoi(argv[++i]));
+        else if (a == "--only" && i + 1 < argc)
+            only = argv[++i];
         else if (a == "--out" && i + 1 < argc)
             out = argv[++i];
         else if (a == "--commit" && i + 1 < argc)
             commit = argv[++i];
         else {
             std::fprintf(stderr,
-                         "usage: probe_decode_chain [--layers L] [--out results.json] [--commit SHA]\n");
+                         "usage: probe_decode_chain [--layers L] [--only int4|fp8] [--out results.json] "
+                         "[--commit SHA]\n");
             return 2;
         }
     }
     try {
         cudaDeviceProp prop{};
         check(cudaGetDeviceProperties(&prop, 0), "device");
-        p.sms = prop.multiProcessorCount;
-        check(cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(p.smem)),
-              "smem attribute");
-        int per_sm = 0;
-        check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_kernel, kThreads, p.smem),
-              "occupancy");
-        if (per_sm < 1) throw grimoire::Error("the chain kernel does not fit an SM");
-        std::printf("%s: %d SMs, %zu bytes of shared memory a block, %d layers (%.1f MB a layer)\n",
-                    prop.name, p.sms, p.smem, p.layers, static_cast<double>(kGuBytes + kDnBytes) / 1e6);
-
-        const int L = p.layers;
-        p.gu = static_cast<uint8_t*>(dalloc(kGuBytes * L));
-        p.dn = static_cast<uint8_t*>(dalloc(kDnBytes * L));
-        p.wn = static_cast<float*>(dalloc(static_cast<size_t>(L) * kD * 4));
-        p.res = static_cast<float*>(dalloc(kD * 4));
-        p.h = static_cast<__half*>(dalloc(kI * 2));
-        p.cnt = static_cast<unsigned*>(dalloc(3 * static_cast<size_t>(L) * 4));
-        for (int l = 0; l < L; ++l) {
-            fill_weights(p.gu + kGuBytes * l, kGuRows, kD, kGuTiles, 1000 + 2 * l);
-            fill_weights(p.dn + kDnBytes * l, kDnRows, kI, kDnTiles, 1001 + 2 * l);
-        }
-        std::vector<float> wn_h(static_cast<size_t>(L) * kD);
-        p.res0.resize(kD);
-        uint64_t z = 12345;
-        auto uni = [&z] {
-            z = z * 6364136223846793005ull + 1442695040888963407ull;
-            return static_cast<float>(z >> 40) / static_cast<float>(1ull << 24);
-        };
-        for (float& v : wn_h) v = 0.5f + uni();
-        for (float& v : p.res0) v = 2.f * uni() - 1.f;
-        check(cudaMemcpy(p.wn, wn_h.data(), wn_h.size() * 4, cudaMemcpyHostToDevice), "wn");
-        check(cudaDeviceSynchronize(), "fill");
-
-        p.state = static_cast<float*>(dalloc(static_cast<size_t>(kHeads) * kHead * kHead * 4));
-        // ---- correctness: two layers against the host, and the per-stage launches bit for bit ----
-        std::vector<std::vector<uint8_t>> hgu(2, std::vector<uint8_t>(kGuBytes)),
-            hdn(2, std::vector<uint8_t>(kDnBytes));
-        for (int l = 0; l < 2; ++l) {
-            check(cudaMemcpy(hgu[l].data(), p.gu + kGuBytes * l, kGuBytes, cudaMemcpyDeviceToHost), "gu");
-            check(cudaMemcpy(hdn[l].data(), p.dn + kDnBytes * l, kDnBytes, cudaMemcpyDeviceToHost), "dn");
-        }
-        const size_t state_bytes = static_cast<size_t>(kHeads) * kHead * kHead * 4;
-        for (int per_layer : {2, 3}) {
-            p.per_layer = per_layer;
-            std::vector<float> dev(kD), dev_st(kD);
-            p.reset_res();
-            p.reset_counters();
-            check(cudaMemset(p.state, 0, state_bytes), "state");
-            p.persist(2, 1, 1, nullptr);
-            check(cudaMemcpy(dev.data(), p.res, kD * 4, cudaMemcpyDeviceToHost),
-                  "persistent chain (a trap here is a wait that timed out)");
-            p.reset_res();
-            check(cudaMemset(p.state, 0, state_bytes), "state");
-            p.stages(2, 1, nullptr);
-            check(cudaMemcpy(dev_st.data(), p.res, kD * 4, cudaMemcpyDeviceToHost), "per-stage chain");
-            std::vector<float> ref = p.res0;
-            std::vector<double> S(static_cast<size_t>(kHeads) * kHead * kHead, 0.0);
-            for (int l = 0; l < 2; ++l) {
-                host_layer(ref, std::vector<float>(wn_h.begin() + l * kD, wn_h.begin() + (l + 1) * kD),
-                           hgu[l], hdn[l]);
-                if (per_layer == 3) host_state(ref, S);
-            }
-            // The half2 sums round each 32-channel piece's 16 steps to 11 bits (~1e-3 of the piece); 1e-2 of
-            // the largest change is far inside that and far below what a wrong channel, row or scale gives
-            // (order 1).
-            double max_delta = 0, max_err = 0;
-            for (int j = 0; j < kD; ++j) {
-                max_delta = std::max(max_delta, std::fabs(static_cast<double>(ref[j]) - p.res0[j]));
-                max_err = std::max(max_err, std::fabs(static_cast<double>(dev[j]) - ref[j]));
-            }
-            const bool same = std::memcmp(dev.data(), dev_st.data(), kD * 4) == 0;
-            const bool ok = max_err <= 1e-2 * max_delta + 1e-5 && max_delta > 1e-3 && same;
-            std::printf(
-                "check (2 layers, %d stages a layer): max |res - host| %.3g of max change %.3g; per-stage == "
-                "persistent: %s -> %s\n",
-                per_layer, max_err, max_delta, same ? "yes" : "NO", ok ? "ok" : "FAILED");
-            if (!ok) return 1;
-        }
-
-        // ---- timing ----
         const double bw = grimoire::bench::copy_bandwidth();
-        const double layer_bytes = static_cast<double>(kGuBytes + kDnBytes);
+        std::printf("%s: %d SMs; copy %.0f GB/s\n", prop.name, prop.multiProcessorCount, bw / 1e9);
         std::string metrics, ratios;
-        auto record = [&](const char* name, double ms_per_layer) {
-            const double ratio = layer_bytes / (ms_per_layer * 1e-3) / bw;
-            std::printf("%-18s %8.2f us a layer  %.3f of copy\n", name, ms_per_layer * 1e3, ratio);
-            grimoire::bench::add_entry(metrics, std::string(name) + "_us_per_layer", ms_per_layer * 1e3);
-            grimoire::bench::add_entry(ratios, std::string(name) + "_bw", ratio);
-            return ms_per_layer;
-        };
-        p.reset_res();
-        p.reset_counters();
-        std::printf("copy %.0f GB/s; %.1f us a layer at copy\n", bw / 1e9, layer_bytes / bw * 1e6);
-        const double t_p =
-            record("persist", grimoire::bench::time_ms([&](int) { p.persist(L, 1, 1, nullptr); }, 10) / L);
-        const double t_na = record(
-            "persist_noacross", grimoire::bench::time_ms([&](int) { p.persist(L, 0, 1, nullptr); }, 10) / L);
-        record("persist_loads", grimoire::bench::time_ms([&](int) { p.persist(L, 1, 0, nullptr); }, 10) / L);
-        const double t_st = record(
-            "stages", grimoire::bench::time_graph_ms([&](int, cudaStream_t s) { p.stages(L, 1, s); }, 2) / L);
-        // With the state stage after each layer's down: the small op the other SMs' producers stream beside.
-        p.per_layer = 3;
-        p.reset_counters();
-        const double t_ps = record(
-            "state_persist", grimoire::bench::time_ms([&](int) { p.persist(L, 1, 1, nullptr); }, 10) / L);
-        record("state_persist_noacross",
-               grimoire::bench::time_ms([&](int) { p.persist(L, 0, 1, nullptr); }, 10) / L);
-        const double t_sst =
-            record("state_stages",
-                   grimoire::bench::time_graph_ms([&](int, cudaStream_t s) { p.stages(L, 1, s); }, 2) / L);
-
-        // The library's chain on the same shapes (its own tile layout, random codes, F16 scales, BF16
-        // activations).
-        std::vector<gc::Int4Dev> lgu(L), ldn(L);
-        auto make = [](gc::Int4Dev& d, int64_t N, int64_t K, uint64_t seed) {
-            d.N = N, d.K = K, d.NT = N / 16, d.KC = K / 64, d.G = K / 128, d.group_size = 128;
-            d.scale_dtype = DType::F16;
-            const size_t nw = static_cast<size_t>(d.NT * d.KC * 128),
-                         ns = static_cast<size_t>(d.G * d.NT * 16);
-            auto* w = static_cast<uint32_t*>(dalloc(nw * 4));
-            void* sc = dalloc(ns * 2);
-            gc::random_bits(w, static_cast<int64_t>(nw), seed, 0xFFFFFFFFu, nullptr);
-            gc::random_fill(sc, DType::F16, static_cast<int64_t>(ns), seed + 1, 0.0005f, 0.0015f, nullptr);
-            d.words = w, d.scales = sc;
-        };
-        for (int l = 0; l < L; ++l)
-            make(lgu[l], 2 * kI, kD, 5000 + 4 * l), make(ldn[l], kD, kI, 5002 + 4 * l);
-        size_t pb1 = 0, pb2 = 0;
-        int nc1 = 0, nc2 = 0;
-        gc::qmm_workspace_need(2 * kI, kD, &pb1, &nc1);
-        gc::qmm_workspace_need(kD, kI, &pb2, &nc2);
-        gc::QmmWorkspace ws;
-        ws.partial_bytes = std::max(pb1, pb2), ws.n_counters = std::max(nc1, nc2);
-        ws.partials = static_cast<float*>(dalloc(ws.partial_bytes));
-        ws.counters = static_cast<int*>(dalloc(static_cast<size_t>(ws.n_counters) * 4));
-        check(cudaMemset(ws.counters, 0, static_cast<size_t>(ws.n_counters) * 4), "counters");
-        void* lres = dalloc(kD * 2);
-        void* ly = dalloc(kD * 2);
-        void* lxn = dalloc(kD * 2);
-        void* lh = dalloc(kI * 2);
-        void* lwn = dalloc(kD * 2);
-        gc::random_fill(lres, DType::BF16, kD, 31, 1.f, 0.f, nullptr);
-        gc::random_fill(ly, DType::BF16, kD, 32, 0.01f, 0.f, nullptr);
-        gc::random_fill(lwn, DType::BF16, kD, 33, 0.5f, 1.f, nullptr);
-        check(cudaDeviceSynchronize(), "library weights");
-        Tensor tres(lres, DType::BF16, grimoire::Device::CUDA, {1, kD});
-        Tensor ty(ly, DType::BF16, grimoire::Device::CUDA, {1, kD});
-        Tensor txn(lxn, DType::BF16, grimoire::Device::CUDA, {1, kD});
-        Tensor th(lh, DType::BF16, grimoire::Device::CUDA, {1, kI});
-        Tensor twn(lwn, DType::BF16, grimoire::Device::CUDA, {kD});
-        Tensor tgu(nullptr, DType::BF16, grimoire::Device::CUDA, {1, 2 * kI});
-        gc::QmmParts parts;
-        parts.n = 1, parts.glu = 1, parts.col[0] = 0, parts.col[1] = 2 * kI, parts.data[0] = lh;
-        const bool ahead = gc::pdl_ahead_enabled();
-        const double t_lib = record(
-            "library", grimoire::bench::time_graph_ms(
-                           [&](int i, cudaStream_t s) {
-                               const int l = i % L;
-                               gc::add_rmsnorm(tres, ty, twn, kEps, grimoire::NormKind::PLAIN, txn, s, ahead);
-                               gc::qmm_int4(lgu[l], txn, tgu, ws, s, 0, &parts);
-                               gc::qmm_int4(ldn[l], th, ty, ws, s);
-                           },
-                           2 * L));
-        grimoire::bench::add_entry(ratios, "persist_over_library", t_p / t_lib);
-        grimoire::bench::add_entry(ratios, "persist_over_stages", t_p / t_st);
-        grimoire::bench::add_entry(ratios, "noacross_over_persist", t_na / t_p);
-        grimoire::bench::add_entry(ratios, "state_persist_over_stages", t_ps / t_sst);
+        bool ok = true;
+        if (only.empty() || only == "int4")
+            ok = run_format<false>(layers, prop.multiProcessorCount, bw, metrics, ratios) && ok;
+        if (only.empty() || only == "fp8")
+            ok = run_format<true>(layers, prop.multiProcessorCount, bw, metrics, ratios) && ok;
         if (!out.empty()) {
-            std::string cmd = "probe_decode_chain --layers " + std::to_string(L);
+            std::string cmd = "probe_decode_chain --layers " + std::to_string(layers) +
+                              (only.empty() ? "" : " --only " + only);
             grimoire::bench::write_record_text(out, commit, cmd, bw, metrics, ratios);
             std::printf("wrote %s\n", out.c_str());
         }
+        return ok ? 0 : 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "probe_decode_chain: %s\n", e.what());
         return 1;
     }
-    return 0;
 }
