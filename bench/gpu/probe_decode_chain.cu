@@ -26,6 +26,8 @@
 // - state_*: persist, persist_noacross, stages and layer with a third stage a layer after down, a stand-in
 //   for the Gated DeltaNet step: 40 blocks read and write 64 KB states while the other SMs have nothing to
 //   compute (state_stage below). Its 5 MB of state traffic a layer is not in the ratios.
+// Also: one grid barrier of these counters against one empty launch in a graph (grid_barrier_us,
+// empty_launch_us), what a stage boundary costs each way.
 // The probe's weight layout (a tile = R whole rows, contiguous, then their scales) and its CUDA-core dot
 // product (half2) are its own: the library's tile layout and mma path are not reproduced. What it measures
 // is the structure: persist and layer against stages, persist_loads against copy.
@@ -698,6 +700,42 @@ double library_chain_ms(int L) {
     return ms;
 }
 
+// What a grid barrier of the persistent form costs against a kernel boundary: `n` arrive / wait rounds of
+// the same counters (one block per SM, nothing else to do), and `n` empty launches of the same grid replayed
+// from a graph. Mean us each.
+__global__ void barrier_kernel(unsigned* cnt, int n) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < n; ++i) {
+            red_release(&cnt[i], 1);
+            wait_count(&cnt[i], gridDim.x);
+        }
+    }
+    __syncthreads();
+}
+__global__ void empty_kernel() {}
+
+void barrier_costs(int sms, std::string& metrics) {
+    constexpr int n = 256;
+    auto* cnt = static_cast<unsigned*>(dalloc(n * 4));
+    const double b = grimoire::bench::time_ms(
+        [&](int) {
+            cudaMemsetAsync(cnt, 0, n * 4);
+            void* args[] = {&cnt, const_cast<int*>(&n)};
+            check(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(barrier_kernel),
+                                              dim3(static_cast<unsigned>(sms)), dim3(kThreads), args, 0,
+                                              nullptr),
+                  "barrier launch");
+        },
+        10);
+    const double e = grimoire::bench::time_graph_ms(
+        [&](int, cudaStream_t s) { empty_kernel<<<static_cast<unsigned>(sms), kThreads, 0, s>>>(); }, n);
+    cudaFree(cnt);
+    std::printf("grid barrier %.2f us (rounds of %d, with the launch), empty launch in a graph %.2f us\n",
+                b * 1e3 / n, n, e * 1e3);
+    grimoire::bench::add_entry(metrics, "grid_barrier_us", b * 1e3 / n);
+    grimoire::bench::add_entry(metrics, "empty_launch_us", e * 1e3);
+}
+
 // Checks, then times every form of one format; appends "<fmt>_<form>_us_per_layer" to metrics and
 // "<fmt>_<form>_bw" (of copy) and the comparisons to ratios. False when the check failed.
 template <bool FP8>
@@ -861,6 +899,7 @@ int main(int argc, char** argv) {
         const double bw = grimoire::bench::copy_bandwidth();
         std::printf("%s: %d SMs; copy %.0f GB/s\n", prop.name, prop.multiProcessorCount, bw / 1e9);
         std::string metrics, ratios;
+        barrier_costs(prop.multiProcessorCount, metrics);
         bool ok = true;
         if (only.empty() || only == "int4")
             ok = run_format<false>(layers, prop.multiProcessorCount, bw, metrics, ratios) && ok;
