@@ -18,6 +18,8 @@
 // - persist_loads: persist with the consumers taking the tiles without computing (the streaming bound).
 // - stages: the same kernel launched once per stage, 2 L plain launches replayed from a CUDA graph (the
 //   kernel-per-op form of the same code).
+// - stages_pdl: stages with programmatic launches: a stage's producer streams as soon as its blocks fit,
+//   before the previous stage has finished (only as that one's blocks leave: one block fills an SM).
 // - layer: one launch per layer, its stages behind grid barriers (what would fit the engine's step as one
 //   kernel per MLP block).
 // - library: the library's chain on the same shapes as the decode step runs it: add_rmsnorm, qmm of the
@@ -33,8 +35,8 @@
 // is the structure: persist and layer against stages, persist_loads against copy.
 //
 // Checked first on 2-layer chains, with and without the state stage, against a host reference (double sums
-// of the same half-rounded xn and h); the persistent, per-stage and per-layer forms must agree bit for bit
-// (same code, same order).
+// of the same half-rounded xn and h); the persistent, per-stage (plain and programmatic) and per-layer forms
+// must agree bit for bit (same code, same order).
 //
 //   probe_decode_chain [--layers L] [--only int4|fp8] [--out results.json] [--commit SHA]
 #include <cuda_fp16.h>
@@ -118,6 +120,7 @@ struct Chain {
     int s0 = 0, s1 = 0;  // stages of this launch: stage s is kind s % per_layer of layer s / per_layer
     int across = 1;      // the producer streams stage s + 1 before stage s is done everywhere
     int math = 1;        // 0: the consumers take tiles without computing
+    int pdl = 0;         // launched with the programmatic-launch attribute: consumers wait before reading
 };
 
 constexpr uint64_t kTimeoutNs = 2000000000ull;  // a wait this long is a bug: trap instead of hanging the card
@@ -166,11 +169,7 @@ __device__ void wait_count(const unsigned* p, unsigned target) {
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
 }
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+using grimoire::cuda::warp_sum;
 
 // sum over the vector's channels of w x, in half2, then widened. INT4: w = q - 8 (the codes and q - 8 are
 // exact in half; the products and adds round to 11 bits over 16 steps of |term| <= 8 |x|). FP8: w = e4m3(b),
@@ -266,6 +265,9 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c) {
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    // Programmatic launch: the next stage's grid may start as this one's blocks leave (one block fills an
+    // SM); its producer streams weights at once, its consumers wait below for this grid's results.
+    if (c.pdl) asm volatile("griddepcontrol.launch_dependents;");
 
     if (warp == kConsumerWarps) {  // producer: every stage's tiles of this block, in the consumers' order
         if (lane != 0) return;
@@ -297,6 +299,8 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c) {
         if (s > c.s0) {
             if (ct == 0) wait_count(&c.cnt[s - 1], target);
             consumers_sync();
+        } else if (c.pdl) {
+            asm volatile("griddepcontrol.wait;" ::: "memory");
         }
         const int kind = s % c.per_layer, layer = s / c.per_layer;
         if (kind == 2) {
@@ -575,8 +579,9 @@ struct Probe {
         check(cudaMemset(cnt, 0, 3 * static_cast<size_t>(layers) * 4), "cnt");
         epoch = 0;
     }
-    Chain chain(int s0, int s1, int across, int math) const {
+    Chain chain(int s0, int s1, int across, int math, int pdl = 0) const {
         Chain c;
+        c.pdl = pdl;
         c.gu = gu, c.dn = dn, c.wn = wn, c.res = res, c.h = h, c.state = state, c.cnt = cnt, c.epoch = epoch;
         c.per_layer = per_layer;
         c.s0 = s0, c.s1 = s1, c.across = across, c.math = math;
@@ -591,10 +596,12 @@ struct Probe {
               "cooperative launch");
         ++epoch;
     }
-    // One plain launch per stage (a stage's blocks wait on nothing but the launch order).
-    void stages(int n, int math, cudaStream_t s) const {
+    // One launch per stage (a stage's blocks wait on nothing but the launch order); with `pdl` each is a
+    // programmatic launch whose producer streams before the previous stage has finished.
+    void stages(int n, int math, cudaStream_t s, bool pdl = false) const {
         for (int st = 0; st < per_layer * n; ++st)
-            chain_kernel<FP8><<<static_cast<unsigned>(sms), kThreads, smem, s>>>(chain(st, st + 1, 1, math));
+            gc::launch_pdl_if(pdl, chain_kernel<FP8>, dim3(static_cast<unsigned>(sms)), dim3(kThreads), smem,
+                              s, chain(st, st + 1, 1, math, pdl ? 1 : 0));
     }
     // One plain launch per layer, its stages behind grid barriers: what fits the engine's kernel-per-block
     // step. The counters are zeroed first (a graph replays the same epoch); one block per SM and nothing
@@ -793,7 +800,7 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
     }
     for (int per_layer : {2, 3}) {
         p.per_layer = per_layer;
-        std::vector<float> dev(kD), dev_st(kD), dev_ly(kD);
+        std::vector<float> dev(kD), dev_st(kD), dev_pdl(kD), dev_ly(kD);
         auto run = [&](std::vector<float>& outv, int form) {
             p.reset_res();
             p.reset_counters();
@@ -802,12 +809,15 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
                 p.persist(2, 1, 1, nullptr);
             else if (form == 1)
                 p.stages(2, 1, nullptr);
+            else if (form == 2)
+                p.stages(2, 1, nullptr, true);
             else
                 p.layer_launches(2, nullptr);
+            check(cudaGetLastError(), "the chain's launches");
             check(cudaMemcpy(outv.data(), p.res, kD * 4, cudaMemcpyDeviceToHost),
                   "the chain (a trap here is a wait that timed out)");
         };
-        run(dev, 0), run(dev_st, 1), run(dev_ly, 2);
+        run(dev, 0), run(dev_st, 1), run(dev_pdl, 2), run(dev_ly, 3);
         std::vector<float> ref = p.res0;
         std::vector<double> S(static_cast<size_t>(kHeads) * kHead * kHead, 0.0);
         for (int l = 0; l < 2; ++l) {
@@ -823,6 +833,7 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
             max_err = std::max(max_err, std::fabs(static_cast<double>(dev[j]) - ref[j]));
         }
         const bool same = std::memcmp(dev.data(), dev_st.data(), kD * 4) == 0 &&
+                          std::memcmp(dev.data(), dev_pdl.data(), kD * 4) == 0 &&
                           std::memcmp(dev.data(), dev_ly.data(), kD * 4) == 0;
         const bool ok = max_err <= 1e-2 * max_delta + 1e-5 && max_delta > 1e-3 && same;
         std::printf(
@@ -857,6 +868,8 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
         if (!st) record("persist_loads", time_ms([&](int) { p.persist(L, 1, 0, nullptr); }, 10) / L);
         t[st][2] = record((pre + "stages").c_str(),
                           time_graph_ms([&](int, cudaStream_t s) { p.stages(L, 1, s); }, 2) / L);
+        record((pre + "stages_pdl").c_str(),
+               time_graph_ms([&](int, cudaStream_t s) { p.stages(L, 1, s, true); }, 2) / L);
         t[st][3] = record((pre + "layer").c_str(),
                           time_graph_ms([&](int, cudaStream_t s) { p.layer_launches(L, s); }, 2) / L);
     }
