@@ -1,4 +1,6 @@
-// CPU matmul throughput: out [T, N] = x [T, K] @ w [N, K]^T for BF16 / F32 weights over a range of T, with
+// CPU matmul throughput: out [T, N] = x [T, K] @ w [N, K]^T for BF16 / F32 weights, and the quantized
+// matmuls (dequant.h: INT4 group 128 in the CPU's canonical one-code-per-byte layout, FP8 E4M3 128 x 128
+// blocks; bytes counted as that layout reads them), over a range of T, with
 // two anchors measured on the same machine: the read bandwidth of a plain parallel sum over the same
 // working set (decode is bound by it) and the fp32 FMA peak of a register-only loop (prefill is bound by it).
 // Successive calls cycle through enough copies of the weight to fill --wset-mb, so the weights come from
@@ -19,6 +21,7 @@
 
 #include "core/dtype.h"
 #include "core/threadpool.h"
+#include "kernels/cpu/dequant.h"
 #include "kernels/cpu/kernels.h"
 
 using namespace grimoire;
@@ -165,6 +168,46 @@ int main(int argc, char** argv) {
             const std::string key = std::string(dtype_name(dt)) + "_T" + std::to_string(T);
             metrics[key + "_gflops"] = gflops;
             metrics[key + "_gbs"] = gbs;
+            ratios[key + "_bw"] = gbs / bw;
+            ratios[key + "_peak"] = gflops / peak;
+        }
+    }
+    // Quantized weights: codes in the same working set, scales per 128 channels (INT4 symmetric, zero 8).
+    const int64_t G = (K + 127) / 128;
+    std::vector<uint8_t> codes(nk * copies);
+    for (auto& c : codes) c = static_cast<uint8_t>(rng() & 0x0F);
+    std::vector<uint8_t> f8codes(nk * copies);
+    for (auto& c : f8codes) c = static_cast<uint8_t>(rng() & 0xBF);  // finite E4M3, |w| < 2
+    std::vector<int32_t> zeros(static_cast<size_t>(G * N), 8), g_idx(static_cast<size_t>(K));
+    std::vector<float> scales(static_cast<size_t>(G * N), 0.01f), fscales(static_cast<size_t>(G * ((N + 127) / 128)), 0.01f);
+    for (int64_t k = 0; k < K; ++k) g_idx[static_cast<size_t>(k)] = static_cast<int32_t>(k / 128);
+    for (const char* q : {"INT4", "FP8"}) {
+        const bool fp8 = q[0] == 'F';
+        const double wbytes = static_cast<double>(N * K) + (fp8 ? 4.0 * static_cast<double>(fscales.size()) : 8.0 * static_cast<double>(G * N));
+        for (int64_t T : Ts) {
+            size_t next = 0;
+            const double s = best_time([&] {
+                const size_t off = next * nk;
+                next = (next + 1) % copies;
+                if (fp8) {
+                    cpu::Fp8Weights w;
+                    w.w = f8codes.data() + off, w.scales = fscales.data(), w.N = N, w.K = K, w.bn = 128, w.bk = 128;
+                    cpu::matmul_fp8(x.data(), w, T, out.data());
+                } else {
+                    cpu::Int4Weights w;
+                    w.q = codes.data() + off, w.zeros = zeros.data(), w.scales = scales.data(), w.g_idx = g_idx.data();
+                    w.N = N, w.K = K, w.G = G;
+                    cpu::matmul_int4(x.data(), w, T, out.data());
+                }
+            }, ms);
+            const double gflops = 2.0 * static_cast<double>(T * K * N) / s / 1e9;
+            const double gbs = (wbytes + 4.0 * static_cast<double>(T * (K + N))) / s / 1e9;
+            std::printf("%-4s T=%-4lld K=%lld N=%lld  %8.3f ms  %7.1f GFLOP/s  %6.1f GB/s  (%.0f%% of bandwidth, %.0f%% of FMA peak)\n",
+                        q, static_cast<long long>(T), static_cast<long long>(K), static_cast<long long>(N), s * 1e3,
+                        gflops, gbs, 100 * gbs / bw, 100 * gflops / peak);
+            const std::string key = std::string(q) + "_T" + std::to_string(T);
+            metrics[key + "_ms"] = s * 1e3;
+            metrics[key + "_gflops"] = gflops;
             ratios[key + "_bw"] = gbs / bw;
             ratios[key + "_peak"] = gflops / peak;
         }

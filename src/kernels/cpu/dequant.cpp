@@ -1,31 +1,66 @@
 #include "kernels/cpu/dequant.h"
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/threadpool.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/simd.h"
 
 namespace grimoire::cpu {
 
+namespace {
+
+// One run of channels sharing a zero point and a scale: o[i] = float(q[i] - z) * s, the oracle's expression
+// (q - z is a small integer, so the float and the product are the exact same values in any order).
+GRIMOIRE_SIMD_CLONES void int4_run(const uint8_t* q, int64_t n, int32_t z, float s, float* o) {
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(static_cast<int32_t>(q[i]) - z) * s;
+}
+GRIMOIRE_SIMD_CLONES void fp8_run(const uint8_t* q, int64_t n, const float* lut, float s, float* o) {
+    for (int64_t i = 0; i < n; ++i) o[i] = lut[q[i]] * s;
+}
+// fp8_e4m3_to_f32 of every byte.
+const float* fp8_lut() {
+    static const auto lut = [] {
+        std::array<float, 256> t{};
+        for (int b = 0; b < 256; ++b) t[static_cast<size_t>(b)] = fp8_e4m3_to_f32(static_cast<uint8_t>(b));
+        return t;
+    }();
+    return lut.data();
+}
+
+}  // namespace
+
 void dequant_int4_rows(const Int4Weights& w, int64_t n0, int64_t n1, float* out) {
+    // The runs of channels with one group (g_idx is usually k / group_size: K / group_size runs; act-order
+    // checkpoints are permuted at load, so theirs are runs too), found once for all rows.
+    std::vector<int64_t> run_start;
+    for (int64_t k = 0; k < w.K; ++k)
+        if (k == 0 || w.g_idx[k] != w.g_idx[k - 1]) run_start.push_back(k);
+    run_start.push_back(w.K);
     for (int64_t n = n0; n < n1; ++n) {
         const uint8_t* q = w.q + n * w.K;
         float* o = out + (n - n0) * w.K;
-        for (int64_t k = 0; k < w.K; ++k) {
-            const int64_t g = w.g_idx[k];
-            o[k] = static_cast<float>(static_cast<int32_t>(q[k]) - w.zeros[g * w.N + n]) * w.scales[g * w.N + n];
+        for (size_t r = 0; r + 1 < run_start.size(); ++r) {
+            const int64_t k0 = run_start[r], k1 = run_start[r + 1], g = w.g_idx[k0];
+            int4_run(q + k0, k1 - k0, w.zeros[g * w.N + n], w.scales[g * w.N + n], o + k0);
         }
     }
 }
 
 void dequant_fp8_rows(const Fp8Weights& w, int64_t n0, int64_t n1, float* out) {
     const int64_t sk = (w.K + w.bk - 1) / w.bk;
+    const float* lut = fp8_lut();
     for (int64_t n = n0; n < n1; ++n) {
         const uint8_t* q = w.w + n * w.K;
         const float* s = w.scales + (n / w.bn) * sk;
         float* o = out + (n - n0) * w.K;
-        for (int64_t k = 0; k < w.K; ++k) o[k] = fp8_e4m3_to_f32(q[k]) * s[k / w.bk];
+        for (int64_t j = 0; j < sk; ++j) {
+            const int64_t k0 = j * w.bk, k1 = std::min(w.K, k0 + w.bk);
+            fp8_run(q + k0, k1 - k0, lut, s[j], o + k0);
+        }
     }
 }
 
@@ -34,6 +69,8 @@ namespace {
 // Rows per dequantized tile: 16 rows of K floats stay in L2 for the T dot products that reuse them.
 constexpr int64_t kTile = 16;
 
+// Each tile of rows is dequantized to fp32 and multiplied by matmul's own kernel (matmul_rows_f32), so a
+// quantized matmul gives the same sums, in the same order, as matmul on the dequantized weight.
 template <typename Dequant>
 void tiled_matmul(const float* x, int64_t T, int64_t K, int64_t N, float* out, const Dequant& dequant) {
     const int64_t tiles = (N + kTile - 1) / kTile;
@@ -46,15 +83,7 @@ void tiled_matmul(const float* x, int64_t T, int64_t K, int64_t N, float* out, c
             for (int64_t ti = t0; ti < t1; ++ti) {
                 const int64_t n0 = ti * kTile, n1 = std::min(N, n0 + kTile);
                 dequant(n0, n1, tile.data());
-                for (int64_t t = 0; t < T; ++t) {
-                    const float* xr = x + t * K;
-                    for (int64_t n = n0; n < n1; ++n) {
-                        const float* wr = tile.data() + (n - n0) * K;
-                        float acc = 0.f;
-                        for (int64_t k = 0; k < K; ++k) acc += xr[k] * wr[k];
-                        out[t * N + n] = acc;
-                    }
-                }
+                matmul_rows_f32(x, tile.data(), T, K, N, n1 - n0, out + n0);
             }
         },
         grain);
@@ -63,11 +92,13 @@ void tiled_matmul(const float* x, int64_t T, int64_t K, int64_t N, float* out, c
 }  // namespace
 
 void matmul_int4(const float* x, const Int4Weights& w, int64_t T, float* out) {
-    tiled_matmul(x, T, w.K, w.N, out, [&](int64_t n0, int64_t n1, float* o) { dequant_int4_rows(w, n0, n1, o); });
+    tiled_matmul(x, T, w.K, w.N, out,
+                 [&](int64_t n0, int64_t n1, float* o) { dequant_int4_rows(w, n0, n1, o); });
 }
 
 void matmul_fp8(const float* x, const Fp8Weights& w, int64_t T, float* out) {
-    tiled_matmul(x, T, w.K, w.N, out, [&](int64_t n0, int64_t n1, float* o) { dequant_fp8_rows(w, n0, n1, o); });
+    tiled_matmul(x, T, w.K, w.N, out,
+                 [&](int64_t n0, int64_t n1, float* o) { dequant_fp8_rows(w, n0, n1, o); });
 }
 
 }  // namespace grimoire::cpu

@@ -86,4 +86,12 @@ void matmul(const float* x,  // [T, K] f32
             int64_t T, int64_t K, int64_t N,
             float* out);     // [T, N] f32
 
+// matmul's kernel for `rows` fp32 weight rows on the calling thread: out[t * N + r] = x[t, :] . w[r, :] for
+// r < rows (out points at the rows' first column of a [T, N] output): the same sums in the same order as
+// matmul with an F32 weight. The quantized matmuls (dequant.h) run it on the tiles they dequantize.
+void matmul_rows_f32(const float* x,  // [T, K] f32
+                     const float* w,  // [rows, K] f32
+                     int64_t T, int64_t K, int64_t N, int64_t rows,
+                     float* out);     // [T, N] f32, columns [0, rows) written
+
 }  // namespace grimoire::cpu

@@ -14,12 +14,8 @@
 
 #include "core/threadpool.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/simd.h"
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define GRIMOIRE_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define GRIMOIRE_SIMD_CLONES
-#endif
 
 // The 32-byte vector helpers below are internal (always inlined), so the psABI note about passing them by
 // value without AVX does not apply to any external interface.
@@ -149,6 +145,10 @@ GRIMOIRE_SIMD_CLONES void dot_rows(const float* x, const void* w, DType dt, int6
 }
 
 }  // namespace
+
+void matmul_rows_f32(const float* x, const float* w, int64_t T, int64_t K, int64_t N, int64_t rows, float* out) {
+    dot_rows(x, w, DType::F32, T, K, N, 0, rows, out);
+}
 
 void matmul(const float* x, const void* w, DType w_dtype, int64_t T, int64_t K, int64_t N, float* out) {
     GRIMOIRE_CHECK(w_dtype == DType::F32 || w_dtype == DType::BF16 || w_dtype == DType::F16,
