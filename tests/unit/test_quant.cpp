@@ -1,6 +1,7 @@
 // Quantized checkpoint formats on the CPU: layers written by tools/quantize.py (tests/fixtures/quant/, made by
 // tools/make_quant_fixtures.py) load through load_linear, dequantize bit-exactly to the python-side unpack of
-// the written tensors (dequant.safetensors), and forward() matches an fp64 matmul of that weight. Modules the
+// the written tensors (dequant.safetensors), and forward() matches an fp64 matmul of that weight and is the
+// CPU matmul of the dequantized weight bit for bit. Modules the
 // format cannot hold, or the config keeps unquantized, load as plain BF16.
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "kernels/cpu/kernels.h"
 #include "quant/linear.h"
 
 namespace grimoire {
@@ -71,6 +73,15 @@ TEST_P(QuantLayer, DequantBitExactAndForwardMatchesFp64) {
         lin->forward(*be, xt, yt);
         const TensorInfo* b = ckpt.find(m + ".bias");
         const std::vector<float> bias = b ? b->to_f32() : std::vector<float>(static_cast<size_t>(N), 0.f);
+        // The quantized matmul is matmul on its dequantized weight, sum for sum (one order on the CPU, so the
+        // BF16 and quantized paths of a model differ only by their weights), then the bias.
+        std::vector<float> plain(static_cast<size_t>(T * N));
+        cpu::matmul(x.data(), w.data(), DType::F32, T, K, N, plain.data());
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t n = 0; n < N; ++n) {
+                const float want_y = b ? plain[t * N + n] + bias[static_cast<size_t>(n)] : plain[t * N + n];
+                ASSERT_EQ(0, std::memcmp(&y[t * N + n], &want_y, 4)) << m << " t " << t << " n " << n;
+            }
         for (int64_t t = 0; t < T; ++t)
             for (int64_t n = 0; n < N; ++n) {
                 double acc = bias[static_cast<size_t>(n)], mag = 0;
