@@ -34,15 +34,25 @@ const float* fp8_lut() {
 }  // namespace
 
 void dequant_int4_rows(const Int4Weights& w, int64_t n0, int64_t n1, float* out) {
-    // The runs of channels with one group (g_idx is usually k / group_size: K / group_size runs; act-order
-    // checkpoints are permuted at load, so theirs are runs too), found once for all rows.
+    // The runs of channels with one group, found once for all rows: g_idx is k / group_size unless the
+    // checkpoint is act-order (the CPU keeps its channel order; only the CUDA repack permutes K), whose
+    // groups are scattered: there, one channel at a time.
     std::vector<int64_t> run_start;
     for (int64_t k = 0; k < w.K; ++k)
         if (k == 0 || w.g_idx[k] != w.g_idx[k - 1]) run_start.push_back(k);
     run_start.push_back(w.K);
+    const bool runs = static_cast<int64_t>(run_start.size()) * 8 <= w.K;
     for (int64_t n = n0; n < n1; ++n) {
         const uint8_t* q = w.q + n * w.K;
         float* o = out + (n - n0) * w.K;
+        if (!runs) {
+            for (int64_t k = 0; k < w.K; ++k) {
+                const int64_t g = w.g_idx[k];
+                o[k] = static_cast<float>(static_cast<int32_t>(q[k]) - w.zeros[g * w.N + n]) *
+                       w.scales[g * w.N + n];
+            }
+            continue;
+        }
         for (size_t r = 0; r + 1 < run_start.size(); ++r) {
             const int64_t k0 = run_start[r], k1 = run_start[r + 1], g = w.g_idx[k0];
             int4_run(q + k0, k1 - k0, w.zeros[g * w.N + n], w.scales[g * w.N + n], o + k0);
