@@ -66,32 +66,34 @@ TEST_P(QuantLayer, DequantBitExactAndForwardMatchesFp64) {
         // forward() vs fp64 matmul of the reference weight (+ bias). fp32 accumulation over K terms: the error
         // is bounded by ~K * eps * sum|x w|; 1e-5 * sum|x w| is > 10x that margin for K <= 256 and far below a
         // wrong nibble (|scale| ~ 1e-2 of one term).
-        const int64_t T = 5;
-        std::vector<float> x(static_cast<size_t>(T * K)), y(static_cast<size_t>(T * N), NAN);
-        for (float& v : x) v = nd(rng);
-        Tensor xt(x.data(), DType::F32, Device::CPU, {T, K}), yt(y.data(), DType::F32, Device::CPU, {T, N});
-        lin->forward(*be, xt, yt);
-        const TensorInfo* b = ckpt.find(m + ".bias");
-        const std::vector<float> bias = b ? b->to_f32() : std::vector<float>(static_cast<size_t>(N), 0.f);
-        // The quantized matmul is matmul on its dequantized weight, sum for sum (one order on the CPU, so the
-        // BF16 and quantized paths of a model differ only by their weights), then the bias.
-        std::vector<float> plain(static_cast<size_t>(T * N));
-        cpu::matmul(x.data(), w.data(), DType::F32, T, K, N, plain.data());
-        for (int64_t t = 0; t < T; ++t)
-            for (int64_t n = 0; n < N; ++n) {
-                const float want_y = b ? plain[t * N + n] + bias[static_cast<size_t>(n)] : plain[t * N + n];
-                ASSERT_EQ(0, std::memcmp(&y[t * N + n], &want_y, 4)) << m << " t " << t << " n " << n;
-            }
-        for (int64_t t = 0; t < T; ++t)
-            for (int64_t n = 0; n < N; ++n) {
-                double acc = bias[static_cast<size_t>(n)], mag = 0;
-                for (int64_t k = 0; k < K; ++k) {
-                    const double p = double(x[t * K + k]) * double(want[n * K + k]);
-                    acc += p;
-                    mag += std::fabs(p);
+        // One to four rows take the fused path (codes widened in the dot product), five the tiled one.
+        for (int64_t T : {1, 3, 5}) {
+            std::vector<float> x(static_cast<size_t>(T * K)), y(static_cast<size_t>(T * N), NAN);
+            for (float& v : x) v = nd(rng);
+            Tensor xt(x.data(), DType::F32, Device::CPU, {T, K}), yt(y.data(), DType::F32, Device::CPU, {T, N});
+            lin->forward(*be, xt, yt);
+            const TensorInfo* b = ckpt.find(m + ".bias");
+            const std::vector<float> bias = b ? b->to_f32() : std::vector<float>(static_cast<size_t>(N), 0.f);
+            // The quantized matmul is matmul on its dequantized weight, sum for sum (one order on the CPU, so the
+            // BF16 and quantized paths of a model differ only by their weights), then the bias.
+            std::vector<float> plain(static_cast<size_t>(T * N));
+            cpu::matmul(x.data(), w.data(), DType::F32, T, K, N, plain.data());
+            for (int64_t t = 0; t < T; ++t)
+                for (int64_t n = 0; n < N; ++n) {
+                    const float want_y = b ? plain[t * N + n] + bias[static_cast<size_t>(n)] : plain[t * N + n];
+                    ASSERT_EQ(0, std::memcmp(&y[t * N + n], &want_y, 4)) << m << " t " << t << " n " << n;
                 }
-                ASSERT_NEAR(y[t * N + n], acc, 1e-5 * mag + 1e-6) << m << " t " << t << " n " << n;
-            }
+            for (int64_t t = 0; t < T; ++t)
+                for (int64_t n = 0; n < N; ++n) {
+                    double acc = bias[static_cast<size_t>(n)], mag = 0;
+                    for (int64_t k = 0; k < K; ++k) {
+                        const double p = double(x[t * K + k]) * double(want[n * K + k]);
+                        acc += p;
+                        mag += std::fabs(p);
+                    }
+                    ASSERT_NEAR(y[t * N + n], acc, 1e-5 * mag + 1e-6) << m << " t " << t << " n " << n;
+                }
+        }
     }
     EXPECT_GE(quantized, 2) << "fixture quantized too few modules";
 }

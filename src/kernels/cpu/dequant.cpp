@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "core/threadpool.h"
+#include "kernels/cpu/dot_tile.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/simd.h"
 
@@ -101,12 +102,62 @@ void tiled_matmul(const float* x, int64_t T, int64_t K, int64_t N, float* out, c
 
 }  // namespace
 
+namespace {
+
+// FP8, one to four activation rows: the codes are widened in registers inside the dot product (as matmul
+// widens BF16), so no tile is written and read back; the values are dequant_fp8_rows' and the sums
+// dot::tile's, so the result is the tiled path's bit for bit. Needs each 8 channels below K / 8 * 8 in one
+// scale block (bk a multiple of 8, or all of K). (INT4 the same way measured slower than its tiled path: GCC
+// widens the eight bytes one by one; docs/BENCHMARKS.md.)
+constexpr int64_t kFusedMaxT = 4;
+using dot::v8f;
+
+struct Fp8Rows {
+    const Fp8Weights& w;
+    const float* lut;
+    int64_t n, sk;
+    [[gnu::always_inline]] float scale(int r, int64_t k) const {
+        return w.scales[((n + r) / w.bn) * sk + k / w.bk];
+    }
+    [[gnu::always_inline]] v8f vec(int r, int64_t k) const {
+        const uint8_t* q = w.w + (n + r) * w.K + k;
+        const v8f v = {lut[q[0]], lut[q[1]], lut[q[2]], lut[q[3]],
+                       lut[q[4]], lut[q[5]], lut[q[6]], lut[q[7]]};
+        return v * scale(r, k);
+    }
+    [[gnu::always_inline]] float at(int r, int64_t k) const {
+        return lut[w.w[(n + r) * w.K + k]] * scale(r, k);
+    }
+};
+
+GRIMOIRE_SIMD_CLONES void fp8_rows_fused(
+    const float* x, const Fp8Weights& w, int64_t T, int64_t n0, int64_t n1, float* out) {
+    const Fp8Rows rows{w, fp8_lut(), 0, (w.K + w.bk - 1) / w.bk};
+    for (int64_t n = n0; n < n1; n += 2) {
+        Fp8Rows at = rows;
+        at.n = n;
+        if (n + 1 < n1)
+            dot::rows<2>(x, at, T, w.K, w.N, out + n);
+        else
+            dot::rows<1>(x, at, T, w.K, w.N, out + n);
+    }
+}
+
+}  // namespace
+
 void matmul_int4(const float* x, const Int4Weights& w, int64_t T, float* out) {
     tiled_matmul(x, T, w.K, w.N, out,
                  [&](int64_t n0, int64_t n1, float* o) { dequant_int4_rows(w, n0, n1, o); });
 }
 
 void matmul_fp8(const float* x, const Fp8Weights& w, int64_t T, float* out) {
+    if (T <= kFusedMaxT && (w.bk % 8 == 0 || w.bk >= w.K)) {
+        // Rows split over the pool as matmul splits them (>= 2^17 multiply-adds a chunk).
+        parallel_for(
+            w.N, [&](int64_t n0, int64_t n1) { fp8_rows_fused(x, w, T, n0, n1, out); },
+            std::max<int64_t>(16, (int64_t{1} << 17) / std::max<int64_t>(1, w.K * T)));
+        return;
+    }
     tiled_matmul(x, T, w.K, w.N, out,
                  [&](int64_t n0, int64_t n1, float* o) { dequant_fp8_rows(w, n0, n1, o); });
 }

@@ -13,19 +13,18 @@
 #include <vector>
 
 #include "core/threadpool.h"
+#include "kernels/cpu/dot_tile.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/simd.h"
 
 
-// The 32-byte vector helpers below are internal (always inlined), so the psABI note about passing them by
-// value without AVX does not apply to any external interface.
-#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace grimoire::cpu {
 
 namespace {
 
-typedef float v8f __attribute__((vector_size(32)));
+using dot::load8;
+using dot::v8f;
 typedef uint16_t v8u16 __attribute__((vector_size(16)));
 typedef uint32_t v8u32 __attribute__((vector_size(32)));
 
@@ -37,11 +36,6 @@ typedef uint32_t v8u32 __attribute__((vector_size(32)));
 #endif
 constexpr int64_t kDotMaxT = GRIMOIRE_MATMUL_TBLOCK;
 
-inline v8f load8(const float* p) {
-    v8f v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
 inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
 inline v8f bf16x8(const uint16_t* p) {
     v8u16 h;
@@ -51,12 +45,6 @@ inline v8f bf16x8(const uint16_t* p) {
     std::memcpy(&f, &u, sizeof f);
     return f;
 }
-inline float hsum(v8f v) {
-    float s = 0.0f;
-    for (int i = 0; i < 8; ++i) s += v[i];
-    return s;
-}
-
 // Inline F16 -> F32 for normal numbers; the rare subnormal / inf / NaN go through the exact converter.
 inline float f16(uint16_t h) {
     const uint32_t e = (h >> 10) & 0x1f;
@@ -84,40 +72,25 @@ inline void row_to_f32(const void* w, DType dt, int64_t K, int64_t row, int64_t 
     }
 }
 
-// acc[t][r] = x[t, :] . w[r, :] for TT activation rows and NR consecutive weight rows, written to
-// out[t * N + r]. BF: the weight rows are BF16 (widened in registers), else fp32.
-template <bool BF, int TT, int NR>
-[[gnu::always_inline]] inline void dot_tile(const float* x, const void* w, int64_t K, float* out, int64_t N) {
-    const float* wf = static_cast<const float*>(w);
-    const uint16_t* wb = static_cast<const uint16_t*>(w);
-    const int64_t K8 = K / 8 * 8;
-    v8f acc[TT][NR] = {};
-    for (int64_t k = 0; k < K8; k += 8) {
-        v8f wv[NR];
-        for (int r = 0; r < NR; ++r) wv[r] = BF ? bf16x8(wb + r * K + k) : load8(wf + r * K + k);
-        for (int t = 0; t < TT; ++t) {
-            const v8f xv = load8(x + t * K + k);
-            for (int r = 0; r < NR; ++r) acc[t][r] += xv * wv[r];
-        }
-    }
-    for (int t = 0; t < TT; ++t)
-        for (int r = 0; r < NR; ++r) {
-            float s = hsum(acc[t][r]);
-            for (int64_t k = K8; k < K; ++k) s += (BF ? bf16_to_f32(wb[r * K + k]) : wf[r * K + k]) * x[t * K + k];
-            out[t * N + r] = s;
-        }
-}
+// Weight rows for dot::tile: NR consecutive rows of K, BF16 (widened in registers) or fp32.
+struct Bf16Rows {
+    const uint16_t* w;
+    int64_t K;
+    [[gnu::always_inline]] v8f vec(int r, int64_t k) const { return bf16x8(w + r * K + k); }
+    [[gnu::always_inline]] float at(int r, int64_t k) const { return bf16_to_f32(w[r * K + k]); }
+};
+struct F32Rows {
+    const float* w;
+    int64_t K;
+    [[gnu::always_inline]] v8f vec(int r, int64_t k) const { return load8(w + r * K + k); }
+    [[gnu::always_inline]] float at(int r, int64_t k) const { return w[r * K + k]; }
+};
 
-template <bool BF, int NR>
-[[gnu::always_inline]] inline void dot_rows_t(const float* x, const void* w, int64_t T, int64_t K, int64_t N, float* out) {
-    int64_t t0 = 0;
-    for (; t0 + 4 <= T; t0 += 4) dot_tile<BF, 4, NR>(x + t0 * K, w, K, out + t0 * N, N);
-    switch (T - t0) {
-        case 3: dot_tile<BF, 3, NR>(x + t0 * K, w, K, out + t0 * N, N); break;
-        case 2: dot_tile<BF, 2, NR>(x + t0 * K, w, K, out + t0 * N, N); break;
-        case 1: dot_tile<BF, 1, NR>(x + t0 * K, w, K, out + t0 * N, N); break;
-        default: break;
-    }
+template <int NR>
+[[gnu::always_inline]] inline void dot_rows_t(bool bf, const float* x, const void* w, int64_t T, int64_t K, int64_t N,
+                                              float* out) {
+    if (bf) dot::rows<NR>(x, Bf16Rows{static_cast<const uint16_t*>(w), K}, T, K, N, out);
+    else dot::rows<NR>(x, F32Rows{static_cast<const float*>(w), K}, T, K, N, out);
 }
 
 // Weight rows [n0, n1), two at a time, against every activation row in groups of 4.
@@ -134,13 +107,8 @@ GRIMOIRE_SIMD_CLONES void dot_rows(const float* x, const void* w, DType dt, int6
             for (int r = 0; r < nr; ++r) row_to_f32(w, dt, K, n + r, 0, K, wrows.data() + r * K);
             wp = wrows.data();
         }
-        if (bf) {
-            if (nr == 2) dot_rows_t<true, 2>(x, wp, T, K, N, out + n);
-            else dot_rows_t<true, 1>(x, wp, T, K, N, out + n);
-        } else {
-            if (nr == 2) dot_rows_t<false, 2>(x, wp, T, K, N, out + n);
-            else dot_rows_t<false, 1>(x, wp, T, K, N, out + n);
-        }
+        if (nr == 2) dot_rows_t<2>(bf, x, wp, T, K, N, out + n);
+        else dot_rows_t<1>(bf, x, wp, T, K, N, out + n);
     }
 }
 
