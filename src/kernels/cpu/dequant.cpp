@@ -100,15 +100,11 @@ void tiled_matmul(const float* x, int64_t T, int64_t K, int64_t N, float* out, c
         grain);
 }
 
-}  // namespace
-
-namespace {
-
 // FP8, one to four activation rows: the codes are widened in registers inside the dot product (as matmul
 // widens BF16), so no tile is written and read back; the values are dequant_fp8_rows' and the sums
 // dot::tile's, so the result is the tiled path's bit for bit. Needs each 8 channels below K / 8 * 8 in one
-// scale block (bk a multiple of 8, or all of K). (INT4 the same way measured slower than its tiled path: GCC
-// widens the eight bytes one by one; docs/BENCHMARKS.md.)
+// scale block (bk a multiple of 8, or all of K). (INT4 the same way measured slower than its tile: its scale
+// and zero point looked up per eight channels cost more than the tile's write and read; docs/BENCHMARKS.md.)
 constexpr int64_t kFusedMaxT = 4;
 using dot::v8f;
 
@@ -132,14 +128,14 @@ struct Fp8Rows {
 
 GRIMOIRE_SIMD_CLONES void fp8_rows_fused(
     const float* x, const Fp8Weights& w, int64_t T, int64_t n0, int64_t n1, float* out) {
-    const Fp8Rows rows{w, fp8_lut(), 0, (w.K + w.bk - 1) / w.bk};
+    const float* lut = fp8_lut();
+    const int64_t sk = (w.K + w.bk - 1) / w.bk;
     for (int64_t n = n0; n < n1; n += 2) {
-        Fp8Rows at = rows;
-        at.n = n;
+        const Fp8Rows rows{w, lut, n, sk};
         if (n + 1 < n1)
-            dot::rows<2>(x, at, T, w.K, w.N, out + n);
+            dot::rows<2>(x, rows, T, w.K, w.N, out + n);
         else
-            dot::rows<1>(x, at, T, w.K, w.N, out + n);
+            dot::rows<1>(x, rows, T, w.K, w.N, out + n);
     }
 }
 
