@@ -112,6 +112,13 @@ if want run; then
     done
 
 fi
+if want chain; then
+    # bench/gpu/probe_decode_chain.cu: 16 layers of the 27B INT4 MLP as one persistent kernel that streams the
+    # weights across the dependent projections, against the same code launched per stage and the library's chain.
+    echo "== persistent decode-chain probe (checked on 2 layers against the host first)"
+    timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/probe_decode_chain" --commit "$COMMIT" \
+        --out "$OUT/decode_chain.json" || status=1
+fi
 if want bf16; then
     echo "== benchmark: 27B-shaped Qwen3.5, BF16, random weights"
     timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --commit "$COMMIT" --out "$OUT/qwen35_27b_bf16.json" || status=1
@@ -173,12 +180,5 @@ if want clocks; then
     done
     sleep 1
     kill "$smi"
-fi
-if want chain; then
-    # bench/gpu/probe_decode_chain.cu: 16 layers of the 27B INT4 MLP as one persistent kernel that streams the
-    # weights across the dependent projections, against the same code launched per stage and the library's chain.
-    echo "== persistent decode-chain probe (checked on 2 layers against the host first)"
-    timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/probe_decode_chain" --commit "$COMMIT" \
-        --out "$OUT/decode_chain.json" || status=1
 fi
 exit $status
