@@ -8,7 +8,9 @@
 // Weights are random (packed words and scales filled on the device) and rotated over enough copies that
 // every launch streams from HBM, not from the 50 MB L2. The prefill paths are also timed with the next weight's
 // dequant / unpack on a second stream beside the GEMM (`*_prefill_<M>_overlap_*`, overlapped_ms): a probe for
-// a prompt pipeline over the layers, not what the engine runs. Effective bandwidth = bytes the kernel must read
+// a prompt pipeline over the layers, not what the engine runs. One row is also timed between small ops
+// (`*_M1_between_ops_us`, `*_m1_bw_between_ops_*`: each launch after an add + RMSNorm, the norm's own time
+// subtracted), the neighbours it has in the decode step, beside the back-to-back record. Effective bandwidth = bytes the kernel must read
 // (packed weights + scales + zeros) / time. --anchor merges the figures bench/gpu/anchor_torch_int4.py measured
 // (torch._weight_int4pack_mm) in the same device session.
 #include <cublas_v2.h>
@@ -244,6 +246,14 @@ int main(int argc, char** argv) {
         else
             gc::random_fill(xbuf, DType::BF16, 16 * 17408, 9, 1.0f, 0.0f, nullptr);
         void* ybuf = dalloc(16 * 248320 * 4);
+        // The small op between one-row launches (see "between small ops" below): add + RMSNorm of a 5120 row.
+        void* nbuf = dalloc(4 * 5120 * 2);
+        gc::random_fill(nbuf, DType::BF16, 4 * 5120, 11, 1.0f, 0.0f, nullptr);
+        auto* nb = static_cast<uint16_t*>(nbuf);
+        Tensor nres(nb, DType::BF16, grimoire::Device::CUDA, {1, 5120});
+        Tensor nadd(nb + 5120, DType::BF16, grimoire::Device::CUDA, {1, 5120});
+        Tensor nw(nb + 2 * 5120, DType::BF16, grimoire::Device::CUDA, {5120});
+        Tensor nout(nb + 3 * 5120, DType::BF16, grimoire::Device::CUDA, {1, 5120});
         // Pass 0: M = 1..16 on every shape; pass 1: the prefill comparison on gate_up. The cuBLAS GEMMs run
         // last because the card comes out of them with lower clocks for a while: measured right after them
         // (before session 20 they ran between gate_up and down), the one-row down read 19.6 us / 0.55 of copy
@@ -296,6 +306,32 @@ int main(int argc, char** argv) {
                     std::printf("%s %-8s %6lld x %-6lld M %2d: %8.2f us  %6.0f GB/s  (%.2f of copy); graph %8.2f us (%.2f)\n",
                                 fmt.c_str(), sh.name, static_cast<long long>(sh.N), static_cast<long long>(sh.K), M,
                                 ms * 1e3, ebw / 1e9, ebw / bw, gms * 1e3, static_cast<double>(q.bytes) / (gms * 1e-3) / bw);
+                }
+                // One row between small ops, as the decode step runs it: each launch follows an add + RMSNorm of one
+                // 5120-wide row (launched ahead as the backend does before a linear), graph-replayed; the norm's own
+                // time alone is subtracted. Back-to-back launches of one weight (above) put a big kernel's tail
+                // after each, which the step never does (session 25: FP8 one row's early launch).
+                if (pass == 0) {
+                    Tensor x(xbuf, DType::BF16, grimoire::Device::CUDA, {1, sh.K});
+                    Tensor y(ybuf, DType::BF16, grimoire::Device::CUDA, {1, sh.N});
+                    const bool ahead = gc::pdl_ahead_enabled();
+                    auto norm = [&](cudaStream_t st) { gc::add_rmsnorm(nres, nadd, nw, 1e-6f, grimoire::NormKind::PLUS_ONE, nout, st, ahead); };
+                    const int reps = std::max(20, 2 * copies);
+                    const double t_norm = time_graph_ms([&](int, cudaStream_t st) { norm(st); }, reps);
+                    const double t_both = time_graph_ms(
+                        [&](int i, cudaStream_t st) {
+                            norm(st);
+                            if (fp8) gc::qmm_fp8(q.f8[static_cast<size_t>(i % copies)], x, y, ws, st);
+                            else gc::qmm_int4(q.i4[static_cast<size_t>(i % copies)], x, y, ws, st);
+                        },
+                        reps);
+                    const double t_one = t_both - t_norm;
+                    metrics[fmt + "_" + sh.name + "_M1_between_ops_us"] = t_one * 1e3;
+                    metrics[fmt + "_" + sh.name + "_M1_norm_alone_us"] = t_norm * 1e3;
+                    ratios[fmt + "_m1_bw_between_ops_" + tag] = static_cast<double>(q.bytes) / (t_one * 1e-3) / bw;
+                    std::printf("%s %-8s M  1 between small ops: %8.2f us (%.2f of copy; the norm alone %.2f us)\n",
+                                fmt.c_str(), sh.name, t_one * 1e3, static_cast<double>(q.bytes) / (t_one * 1e-3) / bw,
+                                t_norm * 1e3);
                 }
                 // Prefill on gate_up: dequantize to BF16 + cuBLAS vs cuBLAS on a BF16 weight alone. The
                 // anchor multiplies the same inputs as the measured path (x random, the weight the
