@@ -118,6 +118,11 @@ add_test(NAME models_cli_inspect
          COMMAND ${CMAKE_COMMAND} -DMODE=ok -DMODEL=${CMAKE_SOURCE_DIR}/tests/fixtures/qwen3
                  "-DREGEX=Qwen3ForCausalLM.*parameters: +[0-9.]+K \\(164288\\).*BF16"
                  -DGRIMOIRE=$<TARGET_FILE:grimoire> -P ${CMAKE_CURRENT_LIST_FILE})
+# A quantized checkpoint says what its projections are: the two layers' 14 in GPTQ int4, the lm_head BF16.
+add_test(NAME models_cli_inspect_quant
+         COMMAND ${CMAKE_COMMAND} -DMODE=ok -DMODEL=${CMAKE_SOURCE_DIR}/tests/fixtures/quant/qwen3_gptq
+                 "-DREGEX=linears: +14 gptq int4 g32 g_idx, 1 BF16"
+                 -DGRIMOIRE=$<TARGET_FILE:grimoire> -P ${CMAKE_CURRENT_LIST_FILE})
 # --chat renders the demo model's ChatML template: transformers' apply_chat_template([{user: "Hello there"}],
 # add_generation_prompt=True) on models/demo gives 19 ids (incl. the empty think block), so must we.
 add_test(NAME models_cli_chat_demo

@@ -60,6 +60,7 @@ int inspect(const std::string& model_arg, const std::string& device) {
                 static_cast<long long>(i.vocab_size), static_cast<long long>(i.max_position_embeddings));
     std::printf("parameters:    %s (%lld)\n", count(i.n_params).c_str(), static_cast<long long>(i.n_params));
     std::printf("dtypes:        %s\n", dtypes.c_str());
+    std::printf("linears:       %s\n", linear_formats_summary(i).c_str());
     std::printf("bos / eos:     %d / %s\n", i.bos_token_id, eos.empty() ? "(none)" : eos.c_str());
     std::printf("memory on %s: weights %s, KV per 1K tokens %s, fixed state per sequence %s\n",
                 be->name().c_str(), mib(i.weight_bytes).c_str(), mib(per_1k).c_str(), mib(fixed).c_str());

@@ -68,8 +68,8 @@ int run(const RunOptions& o) {
     auto model = load_model(dir, *be);  // first: a bad config or tensor file is the error worth reporting
     auto tok = Tokenizer::load(dir);
     const ModelInfo& info = model->info();
-    std::fprintf(stderr, "%s on %s: %.1fM parameters\n", info.architecture.c_str(), be->name().c_str(),
-                 static_cast<double>(info.n_params) / 1e6);
+    std::fprintf(stderr, "%s on %s: %.1fM parameters; linears: %s\n", info.architecture.c_str(),
+                 be->name().c_str(), static_cast<double>(info.n_params) / 1e6, linear_formats_summary(info).c_str());
 
     const std::vector<int32_t> prompt = prompt_ids(*tok, o, info.bos_token_id);
     GenerateOptions g;

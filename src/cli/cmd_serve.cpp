@@ -80,9 +80,10 @@ int serve(ServeOptions& o) {
     engine.start();
     std::thread http_thread([&] { http.run(); });
     std::fprintf(stderr,
-                 "grimoire serve: %s (%s, %lld params) on %s, context %lld tokens, template: %s\n"
+                 "grimoire serve: %s (%s, %lld params; linears: %s) on %s, context %lld tokens, template: %s\n"
                  "grimoire serve: model name \"%s\"; listening on http://%s:%d\n",
                  o.server.model_dir.c_str(), info.architecture.c_str(), (long long)info.n_params,
+                 linear_formats_summary(info).c_str(),
                  backend->name().c_str(), (long long)ctx, prompts.has_template() ? "yes" : "none",
                  o.server.served_names.front().c_str(), o.server.host.c_str(), o.server.port);
 

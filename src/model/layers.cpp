@@ -48,6 +48,7 @@ std::unique_ptr<Linear> WeightLoader::linear(const std::string& prefix, int64_t 
         throw Error(ckpt_.dir() + ": linear '" + prefix + "': expected [out, in] = " + shape_str({out, in}) +
                     ", found " + shape_str({lin->out_features(), lin->in_features()}));
     count(in * out + (bias ? out : 0), lin->weight_bytes());
+    ++info_.linear_formats[lin->format()];
     return lin;
 }
 
@@ -84,6 +85,7 @@ Tensor WeightLoader::stacked(const std::vector<std::string>& prefixes, int64_t i
     }
     Tensor t = be_.upload(all, dense_weight_dtype(be_, all.dtype));
     count(rows * in, t.nbytes());
+    info_.linear_formats[std::string(dtype_name(t.dtype))] += static_cast<int64_t>(parts.size());
     return t;
 }
 
@@ -94,6 +96,7 @@ std::optional<QuantHost> WeightLoader::quantized(const std::string& prefix, int6
     if (h && (h->K() != in || h->N() != out))
         throw Error(ckpt_.dir() + ": linear '" + prefix + "': expected [out, in] = " + shape_str({out, in}) +
                     ", found " + shape_str({h->N(), h->K()}));
+    if (h) ++info_.linear_formats[h->format];  // counted here, per part; quantized_linear may stack parts
     return h;
 }
 

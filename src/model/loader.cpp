@@ -11,6 +11,15 @@ namespace grimoire {
 
 namespace fs = std::filesystem;
 
+std::string linear_formats_summary(const ModelInfo& info) {
+    std::vector<std::pair<int64_t, std::string>> v;
+    for (const auto& [fmt, n] : info.linear_formats) v.emplace_back(n, fmt);
+    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::string s;
+    for (const auto& [n, fmt] : v) s += (s.empty() ? "" : ", ") + std::to_string(n) + " " + fmt;
+    return s.empty() ? "none" : s;
+}
+
 namespace {
 
 // eos_token_id may be an int, a list of ints, or null; appends the ids not yet in `out`.

@@ -2,6 +2,7 @@
 // `architectures` string of config.json (src/model/arch/registry.cpp).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,7 +25,13 @@ struct ModelInfo {
     int32_t bos_token_id = -1;
     std::vector<int32_t> eos_token_ids;  // config.json + generation_config.json
     std::vector<std::string> dtypes;     // distinct dtypes in the checkpoint
+    // The checkpoint's projections by weight format (Linear::format(), e.g. "gptq int4 g128", "BF16"): how
+    // many were loaded in each (a stacked group counts its parts; a head tied to the embeddings is not one).
+    std::map<std::string, int64_t> linear_formats;
 };
+
+// "42 gptq int4 g128, 14 BF16": ModelInfo::linear_formats, most frequent first ("none" when empty).
+std::string linear_formats_summary(const ModelInfo& info);
 
 class Model {
 public:

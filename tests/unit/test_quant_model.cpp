@@ -20,6 +20,17 @@ TEST_P(QuantModel, LogitsMatchTransformersOnDequantizedWeights) {
     const std::string dir = test::fixtures_dir() + "/quant/" + GetParam();
     auto be = make_cpu_backend();
     auto model = load_model(dir, *be);
+    // What `inspect`, `run` and `serve` report: every projection of the layers (q, k, v, o, gate, up, down) in the
+    // quantized format, the untied lm_head left BF16 by the quantizer.
+    const ModelInfo& info = model->info();
+    int64_t quantized = 0;
+    for (const auto& [fmt, n] : info.linear_formats)
+        if (fmt != "BF16") quantized += n;
+    EXPECT_EQ(quantized, 7 * info.num_layers) << linear_formats_summary(info);
+    EXPECT_EQ(info.linear_formats.size(), 2u) << linear_formats_summary(info);
+    EXPECT_EQ(info.linear_formats.count("BF16") ? info.linear_formats.at("BF16") : 0, 1) << linear_formats_summary(info);
+    EXPECT_EQ(linear_formats_summary(info).rfind(std::to_string(7 * info.num_layers) + " ", 0), 0u)
+        << linear_formats_summary(info);
     SafetensorsFile ref(dir + "/reference.safetensors");
     SafetensorsFile bf16(test::model_fixture("qwen3") + "/reference.safetensors");
     for (int p = 0; ref.tensors().count("prompt_" + std::to_string(p)); ++p) {
