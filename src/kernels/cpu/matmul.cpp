@@ -17,8 +17,6 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/simd.h"
 
-
-
 namespace grimoire::cpu {
 
 namespace {
