@@ -34,19 +34,26 @@ const float* fp8_lut() {
 
 }  // namespace
 
-void dequant_int4_rows(const Int4Weights& w, int64_t n0, int64_t n1, float* out) {
-    // The runs of channels with one group, found once for all rows: g_idx is k / group_size unless the
-    // checkpoint is act-order (the CPU keeps its channel order; only the CUDA repack permutes K), whose
-    // groups are scattered: there, one channel at a time.
-    std::vector<int64_t> run_start;
+namespace {
+
+// Where each run of channels with one group starts (then K), or empty where groups are scattered: g_idx is
+// k / group_size unless the checkpoint is act-order (the CPU keeps its channel order; only the CUDA repack
+// permutes K).
+std::vector<int64_t> int4_runs(const Int4Weights& w) {
+    std::vector<int64_t> start;
     for (int64_t k = 0; k < w.K; ++k)
-        if (k == 0 || w.g_idx[k] != w.g_idx[k - 1]) run_start.push_back(k);
-    run_start.push_back(w.K);
-    const bool runs = static_cast<int64_t>(run_start.size()) * 8 <= w.K;
+        if (k == 0 || w.g_idx[k] != w.g_idx[k - 1]) start.push_back(k);
+    start.push_back(w.K);
+    if (static_cast<int64_t>(start.size()) * 8 > w.K) start.clear();  // scattered: one channel at a time
+    return start;
+}
+
+void int4_rows_runs(
+    const Int4Weights& w, const std::vector<int64_t>& runs, int64_t n0, int64_t n1, float* out) {
     for (int64_t n = n0; n < n1; ++n) {
         const uint8_t* q = w.q + n * w.K;
         float* o = out + (n - n0) * w.K;
-        if (!runs) {
+        if (runs.empty()) {
             for (int64_t k = 0; k < w.K; ++k) {
                 const int64_t g = w.g_idx[k];
                 o[k] = static_cast<float>(static_cast<int32_t>(q[k]) - w.zeros[g * w.N + n]) *
@@ -54,11 +61,17 @@ void dequant_int4_rows(const Int4Weights& w, int64_t n0, int64_t n1, float* out)
             }
             continue;
         }
-        for (size_t r = 0; r + 1 < run_start.size(); ++r) {
-            const int64_t k0 = run_start[r], k1 = run_start[r + 1], g = w.g_idx[k0];
+        for (size_t r = 0; r + 1 < runs.size(); ++r) {
+            const int64_t k0 = runs[r], k1 = runs[r + 1], g = w.g_idx[k0];
             int4_run(q + k0, k1 - k0, w.zeros[g * w.N + n], w.scales[g * w.N + n], o + k0);
         }
     }
+}
+
+}  // namespace
+
+void dequant_int4_rows(const Int4Weights& w, int64_t n0, int64_t n1, float* out) {
+    int4_rows_runs(w, int4_runs(w), n0, n1, out);
 }
 
 void dequant_fp8_rows(const Fp8Weights& w, int64_t n0, int64_t n1, float* out) {
@@ -77,22 +90,24 @@ void dequant_fp8_rows(const Fp8Weights& w, int64_t n0, int64_t n1, float* out) {
 
 namespace {
 
-// Rows per dequantized tile: 16 rows of K floats stay in L2 for the T dot products that reuse them.
-constexpr int64_t kTile = 16;
+// Rows per dequantized tile: with many activation rows, 16 rows of K floats stay in L2 for the T dot products
+// that reuse them; with one to four the tile is used once, so two rows (one dot pair) that stay in L1.
+constexpr int64_t kTile = 16, kTileFew = 2;
 
 // Each tile of rows is dequantized to fp32 and multiplied by matmul's own kernel (matmul_rows_f32), so a
 // quantized matmul gives the same sums, in the same order, as matmul on the dequantized weight.
 template <typename Dequant>
 void tiled_matmul(const float* x, int64_t T, int64_t K, int64_t N, float* out, const Dequant& dequant) {
-    const int64_t tiles = (N + kTile - 1) / kTile;
+    const int64_t rows = T <= 4 ? kTileFew : kTile;
+    const int64_t tiles = (N + rows - 1) / rows;
     // Grain: at least ~64K multiply-adds per task so small layers stay on the calling thread.
-    const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, kTile * K * T));
+    const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, rows * K * T));
     parallel_for(
         tiles,
         [&](int64_t t0, int64_t t1) {
-            std::vector<float> tile(static_cast<size_t>(kTile * K));
+            std::vector<float> tile(static_cast<size_t>(rows * K));
             for (int64_t ti = t0; ti < t1; ++ti) {
-                const int64_t n0 = ti * kTile, n1 = std::min(N, n0 + kTile);
+                const int64_t n0 = ti * rows, n1 = std::min(N, n0 + rows);
                 dequant(n0, n1, tile.data());
                 matmul_rows_f32(x, tile.data(), T, K, N, n1 - n0, out + n0);
             }
@@ -142,8 +157,9 @@ GRIMOIRE_SIMD_CLONES void fp8_rows_fused(
 }  // namespace
 
 void matmul_int4(const float* x, const Int4Weights& w, int64_t T, float* out) {
+    const std::vector<int64_t> runs = int4_runs(w);
     tiled_matmul(x, T, w.K, w.N, out,
-                 [&](int64_t n0, int64_t n1, float* o) { dequant_int4_rows(w, n0, n1, o); });
+                 [&](int64_t n0, int64_t n1, float* o) { int4_rows_runs(w, runs, n0, n1, o); });
 }
 
 void matmul_fp8(const float* x, const Fp8Weights& w, int64_t T, float* out) {
