@@ -93,12 +93,13 @@ namespace {
 // Rows per dequantized tile: with many activation rows, 16 rows of K floats stay in L2 for the T dot products
 // that reuse them; with one to four the tile is used once, so two rows (one dot pair) that stay in L1.
 constexpr int64_t kTile = 16, kTileFew = 2;
+constexpr int64_t kFewRows = 4;  // "one to four activation rows": decode, a small batch
 
 // Each tile of rows is dequantized to fp32 and multiplied by matmul's own kernel (matmul_rows_f32), so a
 // quantized matmul gives the same sums, in the same order, as matmul on the dequantized weight.
 template <typename Dequant>
 void tiled_matmul(const float* x, int64_t T, int64_t K, int64_t N, float* out, const Dequant& dequant) {
-    const int64_t rows = T <= 4 ? kTileFew : kTile;
+    const int64_t rows = T <= kFewRows ? kTileFew : kTile;
     const int64_t tiles = (N + rows - 1) / rows;
     // Grain: at least ~64K multiply-adds per task so small layers stay on the calling thread.
     const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, rows * K * T));
@@ -120,7 +121,6 @@ void tiled_matmul(const float* x, int64_t T, int64_t K, int64_t N, float* out, c
 // dot::tile's, so the result is the tiled path's bit for bit. Needs each 8 channels below K / 8 * 8 in one
 // scale block (bk a multiple of 8, or all of K). (INT4 the same way measured slower than its tile: its scale
 // and zero point looked up per eight channels cost more than the tile's write and read; docs/BENCHMARKS.md.)
-constexpr int64_t kFusedMaxT = 4;
 using dot::v8f;
 
 struct Fp8Rows {
@@ -163,7 +163,7 @@ void matmul_int4(const float* x, const Int4Weights& w, int64_t T, float* out) {
 }
 
 void matmul_fp8(const float* x, const Fp8Weights& w, int64_t T, float* out) {
-    if (T <= kFusedMaxT && (w.bk % 8 == 0 || w.bk >= w.K)) {
+    if (T <= kFewRows && (w.bk % 8 == 0 || w.bk >= w.K)) {
         // Rows split over the pool as matmul splits them (>= 2^17 multiply-adds a chunk).
         parallel_for(
             w.N, [&](int64_t n0, int64_t n1) { fp8_rows_fused(x, w, T, n0, n1, out); },
