@@ -223,8 +223,8 @@ struct Smem {
 
 // The state stage, a stand-in for the Gated DeltaNet step between the projections: 40 heads of 64 KB, read
 // and written by 40 blocks while the other SMs have nothing to compute. Block b < kHeads takes
-// k = res[128 b .. 128 b + 127] / |k|, S_b = 0.9 S_b + k k^T, res[128 b + i] += 0.01 (S_b k)_i; each block
-// touches only its own slice of res.
+// k = res[128 b .. 128 b + 127] / |k|, S_b = 0.9 S_b + k k^T, res[128 b + i] += 0.5 (S_b k)_i (large enough
+// that the check sees a wrong index); each block touches only its own slice of res.
 __device__ void state_stage(const Chain& c, Smem& sm, int b, int warp, int lane, int ct) {
     float* kv = sm.ss_k;
     if (ct < kHead) kv[ct] = __ldcg(c.res + kHead * b + ct);
@@ -248,7 +248,7 @@ __device__ void state_stage(const Chain& c, Smem& sm, int b, int warp, int lane,
         v.z = 0.9f * v.z + ki * kj.z, v.w = 0.9f * v.w + ki * kj.w;
         __stcg(row, v);
         const float o = warp_sum(v.x * kj.x + v.y * kj.y + v.z * kj.z + v.w * kj.w);
-        if (lane == 0) __stcg(c.res + kHead * b + i, kv[i] + 0.01f * o);
+        if (lane == 0) __stcg(c.res + kHead * b + i, kv[i] + 0.5f * o);
     }
 }
 
@@ -555,7 +555,7 @@ void host_state(std::vector<float>& res, std::vector<double>& S) {
                 v = 0.9 * v + k[i] * k[j];
                 o += v * k[j];
             }
-            res[kHead * b + i] = static_cast<float>(res[kHead * b + i] + 0.01 * o);
+            res[kHead * b + i] = static_cast<float>(res[kHead * b + i] + 0.5 * o);
         }
     }
 }
