@@ -47,9 +47,8 @@ head -15 "$OUT/nvidia-smi.txt"
 COMMIT=${GRIMOIRE_COMMIT:-$(cat "$BUILD/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 status=0
-# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, bf16, quant, variants, w8a8, e2e, clocks,
-# chain),
-# default all.
+# GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, chain, bf16, quant, variants, w8a8, e2e,
+# clocks), default all.
 # A device command is limited in time: the sections can be split over calls.
 want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
 if want tests; then

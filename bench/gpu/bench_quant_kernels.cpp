@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_quant_weights.h"
 #include "bench_util.h"
 #include "core/error.h"
 #include "kernels/cuda/kernels.h"
@@ -41,65 +42,18 @@ using json = nlohmann::json;
 namespace gc = grimoire::cuda;
 using grimoire::bench::check;
 using grimoire::bench::copy_bandwidth;
+using grimoire::bench::dalloc;
+using grimoire::bench::make_weights;
+using grimoire::bench::QWeights;
 using grimoire::bench::time_graph_ms;
 using grimoire::bench::time_ms;
 
 namespace {
 
-void* dalloc(size_t n) {
-    void* p = nullptr;
-    check(cudaMalloc(&p, n ? n : 1), "cudaMalloc");
-    return p;
-}
-
 struct Shape {
     const char* name;
     int64_t N, K;
 };
-
-// Random INT4 (symmetric, group 128, F16 scales) or FP8 (128x128 blocks) weights, `copies` of them.
-struct QWeights {
-    std::vector<gc::Int4Dev> i4;
-    std::vector<gc::Fp8Dev> f8;
-    size_t bytes = 0;  // one copy: what a kernel must read
-    std::vector<void*> bufs;
-    ~QWeights() {
-        for (void* p : bufs) cudaFree(p);
-    }
-};
-
-void make_weights(QWeights& q, bool fp8, int64_t N, int64_t K, int copies) {
-    const int64_t NT = (N + 15) / 16, KC = (K + 63) / 64;
-    for (int c = 0; c < copies; ++c) {
-        if (!fp8) {
-            gc::Int4Dev d;
-            d.N = N, d.K = K, d.NT = NT, d.KC = KC, d.G = (K + 127) / 128, d.group_size = 128;
-            d.scale_dtype = DType::F16;
-            const size_t nw = static_cast<size_t>(NT * KC * 128), ns = static_cast<size_t>(d.G * NT * 16);
-            auto* w = static_cast<uint32_t*>(dalloc(nw * 4));
-            void* s = dalloc(ns * 2);
-            q.bufs.push_back(w), q.bufs.push_back(s);
-            gc::random_bits(w, static_cast<int64_t>(nw), 100 + c, 0xFFFFFFFFu, nullptr);
-            gc::random_fill(s, DType::F16, static_cast<int64_t>(ns), 200 + c, 0.0005f, 0.0015f, nullptr);
-            d.words = w, d.scales = s;
-            q.i4.push_back(d);
-            q.bytes = nw * 4 + ns * 2;
-        } else {
-            gc::Fp8Dev d;
-            d.N = N, d.K = K, d.NT = NT, d.KC = KC, d.bn = 128, d.bk = 128, d.SN = (N + 127) / 128, d.SG = (K + 127) / 128;
-            const size_t nw = static_cast<size_t>(NT * KC * 256), ns = static_cast<size_t>(d.SN * d.SG);
-            auto* w = static_cast<uint32_t*>(dalloc(nw * 4));
-            auto* s = static_cast<float*>(dalloc(ns * 4));
-            q.bufs.push_back(w), q.bufs.push_back(s);
-            gc::random_bits(w, static_cast<int64_t>(nw), 300 + c, 0xBFBFBFBFu, nullptr);
-            gc::random_fill(s, DType::F32, static_cast<int64_t>(ns), 400 + c, 0.005f, 0.02f, nullptr);
-            d.words = w, d.scales = s;
-            q.f8.push_back(d);
-            q.bytes = nw * 4 + ns * 4;
-        }
-    }
-    check(cudaDeviceSynchronize(), "fill");
-}
 
 // Two streams, one step per weight copy: `prep(i, buf, side)` readies weight copy i in buffer `buf` on the side
 // stream while `use(i, buf, main)` consumes the one readied a step before on the main stream, with two buffers

@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_quant_weights.h"
 #include "bench_timing.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.h"
@@ -440,11 +441,7 @@ __global__ void __launch_bounds__(kThreads, 1) chain_kernel(Chain c) {
 
 // ---- host side ----
 
-void* dalloc(size_t n) {
-    void* p = nullptr;
-    check(cudaMalloc(&p, n ? n : 1), "cudaMalloc");
-    return p;
-}
+using grimoire::bench::dalloc;
 
 // Random codes and scales in the probe's layout, on the device: codes from random_bits (FP8: every byte
 // finite, |w| < 2), then each row's scales overwritten with values in [lo, 3 lo): large enough that two
@@ -627,34 +624,10 @@ double library_chain_ms(int L) {
         bufs.push_back(p);
         return p;
     };
-    std::vector<gc::Int4Dev> i4(2 * static_cast<size_t>(L));
-    std::vector<gc::Fp8Dev> f8(2 * static_cast<size_t>(L));
-    for (int l = 0; l < 2 * L; ++l) {
-        const int64_t N = l % 2 == 0 ? 2 * kI : kD, K = l % 2 == 0 ? kD : kI;
-        const uint64_t seed = 5000 + 4 * static_cast<uint64_t>(l);
-        if constexpr (FP8) {
-            gc::Fp8Dev& d = f8[l];
-            d.N = N, d.K = K, d.NT = N / 16, d.KC = K / 64, d.bn = 128, d.bk = 128, d.SN = N / 128,
-            d.SG = K / 128;
-            const size_t nw = static_cast<size_t>(d.NT * d.KC * 256), ns = static_cast<size_t>(d.SN * d.SG);
-            auto* w = static_cast<uint32_t*>(alloc(nw * 4));
-            auto* sc = static_cast<float*>(alloc(ns * 4));
-            gc::random_bits(w, static_cast<int64_t>(nw), seed, 0xBFBFBFBFu, nullptr);
-            gc::random_fill(sc, DType::F32, static_cast<int64_t>(ns), seed + 1, 0.005f, 0.02f, nullptr);
-            d.words = w, d.scales = sc;
-        } else {
-            gc::Int4Dev& d = i4[l];
-            d.N = N, d.K = K, d.NT = N / 16, d.KC = K / 64, d.G = K / 128, d.group_size = 128;
-            d.scale_dtype = DType::F16;
-            const size_t nw = static_cast<size_t>(d.NT * d.KC * 128),
-                         ns = static_cast<size_t>(d.G * d.NT * 16);
-            auto* w = static_cast<uint32_t*>(alloc(nw * 4));
-            void* sc = alloc(ns * 2);
-            gc::random_bits(w, static_cast<int64_t>(nw), seed, 0xFFFFFFFFu, nullptr);
-            gc::random_fill(sc, DType::F16, static_cast<int64_t>(ns), seed + 1, 0.0005f, 0.0015f, nullptr);
-            d.words = w, d.scales = sc;
-        }
-    }
+    // Copy l of each: layer l's stacked gate | up [2 I, D] and down [D, I].
+    grimoire::bench::QWeights gu, dn;
+    grimoire::bench::make_weights(gu, FP8, 2 * kI, kD, L, 5000);
+    grimoire::bench::make_weights(dn, FP8, kD, kI, L, 6000);
     size_t pb1 = 0, pb2 = 0;
     int nc1 = 0, nc2 = 0;
     gc::qmm_workspace_need(2 * kI, kD, &pb1, &nc1);
@@ -673,7 +646,7 @@ double library_chain_ms(int L) {
     gc::random_fill(lres, DType::BF16, kD, 31, 1.f, 0.f, nullptr);
     gc::random_fill(ly, DType::BF16, kD, 32, 0.01f, 0.f, nullptr);
     gc::random_fill(lwn, DType::BF16, kD, 33, 0.5f, 1.f, nullptr);
-    check(cudaDeviceSynchronize(), "library weights");
+    check(cudaDeviceSynchronize(), "library buffers");
     const auto dev = grimoire::Device::CUDA;
     Tensor tres(lres, DType::BF16, dev, {1, kD}), ty(ly, DType::BF16, dev, {1, kD});
     Tensor txn(lxn, DType::BF16, dev, {1, kD}), th(lh, DType::BF16, dev, {1, kI}),
@@ -689,17 +662,17 @@ double library_chain_ms(int L) {
             const size_t l = static_cast<size_t>(i % L);
             gc::add_rmsnorm(tres, ty, twn, kEps, grimoire::NormKind::PLAIN, txn, s, ahead);
             if constexpr (FP8) {
-                gc::qmm_fp8(f8[2 * l], txn, tgu, ws, s);
+                gc::qmm_fp8(gu.f8[l], txn, tgu, ws, s);
                 gc::silu_mul(tgate, tup, th, s);
-                gc::qmm_fp8(f8[2 * l + 1], th, ty, ws, s);
+                gc::qmm_fp8(dn.f8[l], th, ty, ws, s);
             } else {
                 if (glu) {
-                    gc::qmm_int4(i4[2 * l], txn, tgu, ws, s, 0, &parts);
+                    gc::qmm_int4(gu.i4[l], txn, tgu, ws, s, 0, &parts);
                 } else {
-                    gc::qmm_int4(i4[2 * l], txn, tgu, ws, s);
+                    gc::qmm_int4(gu.i4[l], txn, tgu, ws, s);
                     gc::silu_mul(tgate, tup, th, s);
                 }
-                gc::qmm_int4(i4[2 * l + 1], th, ty, ws, s);
+                gc::qmm_int4(dn.i4[l], th, ty, ws, s);
             }
         },
         2 * L);
