@@ -172,10 +172,12 @@ int main(int argc, char** argv) {
             ratios[key + "_peak"] = gflops / peak;
         }
     }
-    // Quantized weights: codes in the same working set, scales per 128 channels (INT4 symmetric, zero 8).
+    // Quantized weights: codes in the same working set, scales per 128 channels (INT4 symmetric, zero 8; its
+    // codes two a byte, Int4Weights' layout).
     const int64_t G = (K + 127) / 128;
-    std::vector<uint8_t> codes(nk * copies);
-    for (auto& c : codes) c = static_cast<uint8_t>(rng() & 0x0F);
+    const size_t nk4 = static_cast<size_t>(N * cpu::int4_row_bytes(K));
+    std::vector<uint8_t> codes(nk4 * copies);
+    for (auto& c : codes) c = static_cast<uint8_t>(rng() & 0xFF);
     std::vector<uint8_t> f8codes(nk * copies);
     for (auto& c : f8codes) c = static_cast<uint8_t>(rng() & 0xBF);  // finite E4M3, |w| < 2
     std::vector<int32_t> zeros(static_cast<size_t>(G * N), 8), g_idx(static_cast<size_t>(K));
@@ -183,11 +185,11 @@ int main(int argc, char** argv) {
     for (int64_t k = 0; k < K; ++k) g_idx[static_cast<size_t>(k)] = static_cast<int32_t>(k / 128);
     for (const char* q : {"INT4", "FP8"}) {
         const bool fp8 = q[0] == 'F';
-        const double wbytes = static_cast<double>(N * K) + (fp8 ? 4.0 * static_cast<double>(fscales.size()) : 8.0 * static_cast<double>(G * N));
+        const double wbytes = (fp8 ? static_cast<double>(N * K) : static_cast<double>(nk4)) + (fp8 ? 4.0 * static_cast<double>(fscales.size()) : 8.0 * static_cast<double>(G * N));
         for (int64_t T : Ts) {
             size_t next = 0;
             const double s = best_time([&] {
-                const size_t off = next * nk;
+                const size_t off = next * (fp8 ? nk : nk4);
                 next = (next + 1) % copies;
                 if (fp8) {
                     cpu::Fp8Weights w;

@@ -57,8 +57,12 @@ void check_cpu_f32(const Backend& be, const Tensor& x, const Tensor& y, int64_t 
 
 class Int4Linear final : public Linear {
   public:
+    // The codes are packed two a byte (Int4Weights' layout) and the one-a-byte copy freed.
     Int4Linear(Int4Host w, Tensor bias, std::string fmt, size_t bytes)
-        : w_(std::move(w)), bias_(bias), fmt_(std::move(fmt)), bytes_(bytes) {}
+        : packed_(cpu::pack_int4(w.q.data(), w.N, w.K)), w_(std::move(w)), bias_(bias), fmt_(std::move(fmt)),
+          bytes_(bytes) {
+        std::vector<uint8_t>().swap(w_.q);
+    }
     int64_t in_features() const override { return w_.K; }
     int64_t out_features() const override { return w_.N; }
 
@@ -77,9 +81,10 @@ class Int4Linear final : public Linear {
 
   private:
     cpu::Int4Weights view() const {
-        return {w_.q.data(), w_.zeros.data(), w_.scales.data(), w_.g_idx.data(), w_.N, w_.K, w_.G};
+        return {packed_.data(), w_.zeros.data(), w_.scales.data(), w_.g_idx.data(), w_.N, w_.K, w_.G};
     }
-    Int4Host w_;
+    std::vector<uint8_t> packed_;  // [N, int4_row_bytes(K)] u8
+    Int4Host w_;                   // zeros, scales, g_idx, shapes (q emptied)
     Tensor bias_;  // [N] F32 or empty
     std::string fmt_;
     size_t bytes_;

@@ -17,7 +17,7 @@ namespace grimoire {
 
 // Canonical INT4: see cpu::Int4Weights for the dequant formula.
 struct Int4Host {
-    std::vector<uint8_t> q;       // [N, K] u8 0..15
+    std::vector<uint8_t> q;       // [N, K] u8 0..15 (the CPU Linear keeps it packed: cpu::pack_int4)
     std::vector<int32_t> zeros;   // [G, N] i32 (real zero point)
     std::vector<float> scales;    // [G, N] f32
     std::vector<int32_t> g_idx;   // [K] i32

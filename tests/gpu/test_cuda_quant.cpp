@@ -119,7 +119,7 @@ TEST_P(CudaInt4, MatchesOracleForEveryRowCount) {
     CudaBackend gpu(0, DType::BF16);
     Int4Host h = random_int4(c.N, c.K, c.gs, c.act, c.sym, c.scale_kind, rng);
     std::vector<float> w(static_cast<size_t>(c.N * c.K));
-    cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
+    cpu::dequant_int4_rows({cpu::pack_int4(h.q.data(), h.N, h.K).data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
     auto lin = make_int4_linear(gpu, std::move(h), Tensor{}, "test int4", 0);
     const std::vector<float> back = lin->dequantize();
     EXPECT_TRUE(back == w) << "device copy does not dequantize to the oracle's weight";
@@ -170,7 +170,7 @@ TEST(CudaInt4OddGroups, DequantPathForEveryRowCount) {
     EXPECT_TRUE(cuda::qmm_supported(128, 5) && cuda::qmm_supported(32, 5) && cuda::qmm_supported(96, 1));
     Int4Host h = random_int4(50, 480, 96, false, false, 0, rng);
     std::vector<float> w(static_cast<size_t>(h.N * h.K));
-    cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
+    cpu::dequant_int4_rows({cpu::pack_int4(h.q.data(), h.N, h.K).data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
     auto lin = make_int4_linear(gpu, std::move(h), Tensor{}, "test int4 g96", 0);
     for (int64_t M : {1, 7, 16, 17}) check_linear(gpu, *lin, w, M, 3e-3, rng, "int4 50x480 g96");
 }
@@ -393,7 +393,7 @@ TEST(CudaQmmStreamK, AnyGridSizeGivesTheSameResult) {
     const int64_t N = 1030, K = 2048;
     Int4Host h = random_int4(N, K, 128, true, false, 0, rng);
     std::vector<float> w(static_cast<size_t>(N * K));
-    cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
+    cpu::dequant_int4_rows({cpu::pack_int4(h.q.data(), h.N, h.K).data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
     DirectQmm q;
     q.int4(h);
     ASSERT_EQ(q.d4.scale_dtype, DType::F16);
@@ -467,7 +467,7 @@ TEST(CudaDequant, Bf16IsTheOracleRoundedOnce) {
                               Int4Case{50, 480, 96, true, false, 0}}) {
         Int4Host h = random_int4(c.N, c.K, c.gs, c.act, c.sym, c.scale_kind, rng);
         std::vector<float> w(static_cast<size_t>(c.N * c.K));
-        cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N,
+        cpu::dequant_int4_rows({cpu::pack_int4(h.q.data(), h.N, h.K).data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N,
                                w.data());
         const PackedInt4 p = repack_int4(h);
         cuda::Int4Dev d;

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "kernels/cpu/dequant.h"
 #include "kernels/cpu/kernels.h"
 #include "quant/linear.h"
 
@@ -232,6 +233,48 @@ TEST(QuantFormats, WrittenZerosAndConfigsFollowThePublicConventions) {
     const QuantConfig f = config_of(quant_fixture("fp8_block"));
     EXPECT_EQ(f.method, "fp8");
     EXPECT_EQ(f.raw["weight_block_size"], nlohmann::json::array({128, 128}));
+}
+
+// The oracle's INT4 codes are packed two a byte: at odd K, groups of odd size (channel by channel), and runs of
+// odd length (the last group at K = 63), dequant_int4_rows is the formula float(q - z) * s on the unpacked
+// codes bit for bit, and matmul_int4 is matmul on that weight sum for sum at one to four rows and at more.
+TEST(QuantCpuKernels, PackedInt4IsTheFormulaAtOddShapes) {
+    std::mt19937 rng(std::random_device{}());
+    struct Shape {
+        int64_t N, K, group;
+    };
+    for (const Shape sh : {Shape{3, 13, 5}, Shape{5, 14, 4}, Shape{7, 64, 16}, Shape{4, 63, 16},
+                            Shape{2, 9, 9}, Shape{3, 100, 64}, Shape{2, 96, 48}, Shape{3, 200, 200}}) {
+        const int64_t N = sh.N, K = sh.K, G = (K + sh.group - 1) / sh.group;
+        std::vector<uint8_t> codes(static_cast<size_t>(N * K));
+        for (auto& c : codes) c = static_cast<uint8_t>(rng() & 15);
+        std::vector<int32_t> zeros(static_cast<size_t>(G * N)), g_idx(static_cast<size_t>(K));
+        std::vector<float> scales(static_cast<size_t>(G * N));
+        for (auto& z : zeros) z = static_cast<int32_t>(rng() % 16);
+        std::uniform_real_distribution<float> ud(-0.05f, 0.05f);
+        for (auto& v : scales) v = ud(rng);
+        for (int64_t k = 0; k < K; ++k) g_idx[static_cast<size_t>(k)] = static_cast<int32_t>(k / sh.group);
+        const std::vector<uint8_t> packed = cpu::pack_int4(codes.data(), N, K);
+        ASSERT_EQ(packed.size(), static_cast<size_t>(N * ((K + 31) / 32 * 16)));
+        const cpu::Int4Weights w{packed.data(), zeros.data(), scales.data(), g_idx.data(), N, K, G};
+        std::vector<float> deq(static_cast<size_t>(N * K));
+        cpu::dequant_int4_rows(w, 0, N, deq.data());
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t k = 0; k < K; ++k) {
+                const size_t g = static_cast<size_t>(g_idx[static_cast<size_t>(k)] * N + n);
+                const float want = static_cast<float>(codes[static_cast<size_t>(n * K + k)] - zeros[g]) * scales[g];
+                ASSERT_EQ(0, std::memcmp(&deq[static_cast<size_t>(n * K + k)], &want, 4))
+                    << "N " << N << " K " << K << " n " << n << " k " << k;
+            }
+        for (int64_t T : {1, 3, 6}) {
+            std::vector<float> x(static_cast<size_t>(T * K)), y(static_cast<size_t>(T * N), NAN),
+                want(static_cast<size_t>(T * N));
+            for (float& v : x) v = ud(rng) * 20;
+            cpu::matmul_int4(x.data(), w, T, y.data());
+            cpu::matmul(x.data(), deq.data(), DType::F32, T, K, N, want.data());
+            EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * 4)) << "N " << N << " K " << K << " T " << T;
+        }
+    }
 }
 
 }  // namespace

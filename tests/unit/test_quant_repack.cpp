@@ -44,7 +44,7 @@ Int4Host random_int4(int64_t N, int64_t K, int64_t gs, bool act_order, bool sym,
 
 std::vector<float> oracle_int4(const Int4Host& h) {
     std::vector<float> out(static_cast<size_t>(h.N * h.K));
-    cpu::dequant_int4_rows({h.q.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N,
+    cpu::dequant_int4_rows({cpu::pack_int4(h.q.data(), h.N, h.K).data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N,
                            out.data());
     return out;
 }

@@ -3,18 +3,27 @@
 // src/quant/ turn each checkpoint packing (GPTQ, AWQ, compressed-tensors, FP8) into it at load time.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace grimoire::cpu {
 
 // Group-quantized INT4: W[n, k] = float(q[n, k] - zeros[g_idx[k], n]) * scales[g_idx[k], n].
 // (q - z) is a small integer, so the product is exact in fp32: the same expression in numpy is bit-identical.
+// The codes are kept two to a byte (half the memory and the bytes a decode step streams of one per byte), in
+// blocks of 32 channels of 16 bytes: channel k of row n is in byte n * int4_row_bytes(K) + k / 32 * 16 + k % 16,
+// the low nibble for k % 32 < 16, the high one else (so a block unpacks by two plain byte loops, which
+// vectorize; a row ends padded to a whole block).
 struct Int4Weights {
-    const uint8_t* q = nullptr;       // [N, K] u8, each 0..15
+    const uint8_t* q = nullptr;       // [N, int4_row_bytes(K)] u8, two codes 0..15 a byte (pack_int4)
     const int32_t* zeros = nullptr;   // [G, N] i32, the real zero point (format offsets already applied)
     const float* scales = nullptr;    // [G, N] f32 (from the stored fp16/bf16, exact)
     const int32_t* g_idx = nullptr;   // [K] i32, each in [0, G)
     int64_t N = 0, K = 0, G = 0;
 };
+
+constexpr int64_t int4_row_bytes(int64_t K) { return (K + 31) / 32 * 16; }
+// codes [N, K] u8 (each 0..15) -> [N, int4_row_bytes(K)] u8, Int4Weights::q's layout (the padding zero).
+std::vector<uint8_t> pack_int4(const uint8_t* codes, int64_t N, int64_t K);
 
 // FP8 E4M3 with a scale grid: W[n, k] = fp8(w[n, k]) * scales[n / bn, k / bk] (a multiplier).
 // Block-scaled: bn = bk = 128; per-channel: bn = 1, bk = K; per-tensor: bn = N, bk = K.
