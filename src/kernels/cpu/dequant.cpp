@@ -94,12 +94,25 @@ void int4_rows_runs(
 }  // namespace
 
 std::vector<uint8_t> pack_int4(const uint8_t* codes, int64_t N, int64_t K) {
-    const int64_t rb = int4_row_bytes(K);
+    const int64_t rb = int4_row_bytes(K), full = K / 32;
     std::vector<uint8_t> p(static_cast<size_t>(N * rb), 0);
-    for (int64_t n = 0; n < N; ++n)
-        for (int64_t k = 0; k < K; ++k)
-            p[static_cast<size_t>(n * rb + k / 32 * 16 + k % 16)] |=
-                static_cast<uint8_t>((codes[n * K + k] & 15) << (4 * (k % 32 / 16)));
+    // At load, once per layer (a 27B model packs ~27 G codes): rows over the pool, whole blocks by a plain
+    // loop.
+    parallel_for(
+        N,
+        [&](int64_t n0, int64_t n1) {
+            for (int64_t n = n0; n < n1; ++n) {
+                const uint8_t* c = codes + n * K;
+                uint8_t* o = p.data() + n * rb;
+                for (int64_t b = 0; b < full; ++b)
+                    for (int64_t l = 0; l < 16; ++l)
+                        o[b * 16 + l] =
+                            static_cast<uint8_t>((c[b * 32 + l] & 15) | (c[b * 32 + 16 + l] & 15) << 4);
+                for (int64_t k = full * 32; k < K; ++k)
+                    o[k / 32 * 16 + k % 16] |= static_cast<uint8_t>((c[k] & 15) << (4 * (k % 32 / 16)));
+            }
+        },
+        std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, K)));
     return p;
 }
 
