@@ -511,6 +511,8 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
                      kernel_variant<false, true, 2, 3, 4, 0, true>("ssm_ntb2_d3_mb4"),
                      kernel_variant<false, true, 2, 2, 4, 0, true>("ssm_ntb2_d2_mb4"),
+                     // The same on the general loop, as qmm.cu ran one chunk in flight before session 28.
+                     kernel_variant<false, true, 2, 2, 4, qmm::kQmvGeneralLoop, true>("ssm_ntb2_d2_mb4_genloop"),
                  }});
     // 8 rows: the qmv kernel's variants and the library's dispatch.
     g.push_back({"int4_m8",
@@ -524,6 +526,7 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, true, 2, 4, 3, 0, true, 8>("ssm_ntb2_d4"),
                      kernel_variant<false, true, 2, 3, 4, 0, true, 8>("ssm_ntb2_d3_mb4"),
                      kernel_variant<false, true, 2, 2, 4, 0, true, 8>("ssm_ntb2_d2_mb4"),
+                     kernel_variant<false, true, 2, 2, 4, qmm::kQmvGeneralLoop, true, 8>("ssm_ntb2_d2_mb4_genloop"),
                      library<false>("library"),
                  }});
     // 16 rows: each A fragment meets two B operands (MAXM = 16).
@@ -538,6 +541,7 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 1, 3, 3, 0, true, 16>("ssm_ntb1_d3"),
              kernel_variant<false, true, 1, 2, 3, 0, true, 16>("ssm_ntb1_d2"),
              kernel_variant<false, true, 2, 2, 3, 0, true, 16>("ssm_ntb2_d2"),
+             kernel_variant<false, true, 2, 2, 3, qmm::kQmvGeneralLoop, true, 16>("ssm_ntb2_d2_genloop"),
              library<false>("library"),
              // Where sixteen rows lose their time on qmm.cu's wide-weight form (ablations: wrong results): no x
              // loads (B fragments constant), no mma, no dequant, and none of the three.

@@ -158,7 +158,12 @@ INSTANTIATE_TEST_SUITE_P(
                       // SM, a partial last n-tile, one group per warp at K = 1024
                       Int4Case{2600, 3072, 128, false, true, 0},
                       Int4Case{5120, 2048, 128, true, false, 1},
-                      Int4Case{3001, 1024, 128, false, false, 2}));
+                      Int4Case{3001, 1024, 128, false, false, 2},
+                      // 4 to 8 x 132 n-tiles of g128 over K a multiple of 1024: the two-tile forms with one
+                      // chunk in flight (9..16 rows; 2..8 rows too past 3 x 132 two-tile blocks) on the
+                      // fixed-group loop, a partial last n-tile
+                      Int4Case{12300, 2048, 128, false, true, 0},
+                      Int4Case{14001, 1024, 128, true, false, 1}));
 
 // Groups the qmm kernel does not take (not 16, 32 or a multiple of 64 channels) run every M through the
 // dequant + GEMM path: BF16-rounded weights, so the prefill tolerance applies to every M.

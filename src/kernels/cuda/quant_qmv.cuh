@@ -765,20 +765,24 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         }
         done = true;
     }
+    // FG: chunks an iteration of the fixed-group loop takes, whole groups of two: D, or two with one chunk in
+    // flight (its one register slot taken twice; the forms with one chunk in flight ran the general loop before
+    // session 28, ~100 SASS instructions a unit against ~73: tools/sass_loops.py).
+    constexpr int FG = D == 1 ? 2 : D;
     if constexpr (SSM && (ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum | kQmvSumCols | kQmvTrace)) == 0 &&
-                  D % 2 == 0) {
+                  FG % 2 == 0) {
         // Scale groups of two chunks and a warp range of whole groups (g128 weights, K a multiple of 1024
         // channels): the flushes fall on fixed slots, each group's first mma starts its sum, and the loop
         // keeps no group counter (the general loop below spent ~20 instructions per chunk on that
         // bookkeeping: session 9 SASS).
         if (cpg == 2 && ((c0 | c1) & 1) == 0) {
-            for (int cb = c0; cb < c1; cb += D) {
+            for (int cb = c0; cb < c1; cb += FG) {
 #pragma unroll
-                for (int s = 0; s < D; ++s) {
-                    const int c = cb + s;
-                    if (s > 0 && s % 2 == 0 && c >= c1) break;  // the range ends on a group boundary
-                    chunk(s, c, s % 2 == 0);
-                    if (s % 2 == 1) flush(s, false);
+                for (int u = 0; u < FG; ++u) {
+                    const int s = u % D, c = cb + u;
+                    if (u > 0 && u % 2 == 0 && c >= c1) break;  // the range ends on a group boundary
+                    chunk(s, c, u % 2 == 0);
+                    if (u % 2 == 1) flush(s, false);
                     load(s);
                 }
             }
