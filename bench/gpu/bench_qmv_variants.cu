@@ -577,6 +577,7 @@ std::vector<Group> groups(int sms) {
                  4,
                  {
                      kernel_variant<true, true, 1, 4, 3>("ntb1_d4"),
+                     kernel_variant<true, true, 1, 4, 3, qmm::kQmvGeneralLoop>("ntb1_d4_genloop"),
                      kernel_variant<true, true, 2, 3, 3>("ntb2_d3"),
                      kernel_variant<true, true, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
                      library<true>("library"),
@@ -586,6 +587,7 @@ std::vector<Group> groups(int sms) {
                  8,
                  {
                      kernel_variant<true, true, 1, 4, 3>("ntb1_d4"),
+                     kernel_variant<true, true, 1, 4, 3, qmm::kQmvGeneralLoop>("ntb1_d4_genloop"),
                      kernel_variant<true, true, 2, 3, 3>("ntb2_d3"),
                      library<true>("library"),
                  }});
@@ -594,6 +596,7 @@ std::vector<Group> groups(int sms) {
                  16,
                  {
                      kernel_variant<true, true, 1, 4, 3, 0, false, 16>("ntb1_d4"),
+                     kernel_variant<true, true, 1, 4, 3, qmm::kQmvGeneralLoop, false, 16>("ntb1_d4_genloop"),
                      kernel_variant<true, true, 2, 2, 3, 0, false, 16>("ntb2_d2"),
                      kernel_variant<true, true, 1, 2, 3, 0, false, 16>("ntb1_d2"),
                      library<true>("library"),
@@ -605,6 +608,8 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, false, 1, 4, 3>(
                          "ntb1_d4"),  // qmm.cu's FP8 configurations (2 chunks in flight)
                      kernel_variant<true, false, 1, 4, 3, qmm::kQmvSerialStage>("ntb1_d4_ser"),  // x as before
+                     // The general loop, as FP8 (no staged scale table) ran every form before session 28.
+                     kernel_variant<true, false, 1, 4, 3, qmm::kQmvGeneralLoop>("ntb1_d4_genloop"),
                      kernel_variant<true, false, 1, 4, 3, qmm::kQmvPf1>("ntb1_d4_pf1"),
                      kernel_variant<true, false, 1, 4, 3, qmm::kQmvPf2>("ntb1_d4_pf2"),
                      pers_variant<true, false, 1, 4, 3>("pers_ntb1_d4", 3),
@@ -618,6 +623,7 @@ std::vector<Group> groups(int sms) {
                      ring_variant<true, false, 1, 4, 3, false>("wsm_ntb1_d4"),
                      inexact(kernel_variant<true, true, 1, 4, 3>("multi_ntb1_d4")),
                      inexact(kernel_variant<true, true, 2, 3, 3>("multi_ntb2_d3")),  // qmm.cu: 4+ n-tiles per SM
+                     inexact(kernel_variant<true, true, 2, 3, 3, qmm::kQmvGeneralLoop>("multi_ntb2_d3_genloop")),
                      // The same with the early dependents' launch (qmm.cu's default on the 2..16-row form), and
                      // the library's dispatch.
                      inexact(early(kernel_variant<true, true, 1, 4, 3>("multi_ntb1_d4"))),

@@ -766,15 +766,17 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         done = true;
     }
     // FG: chunks an iteration of the fixed-group loop takes, whole groups of two: D, or two with one chunk in
-    // flight (its one register slot taken twice; the forms with one chunk in flight ran the general loop before
-    // session 28, ~100 SASS instructions a unit against ~73: tools/sass_loops.py).
+    // flight (its one register slot taken twice). Before session 28 the forms with one chunk in flight and every
+    // form without the staged scale table (FP8) ran the general loop: ~100 SASS instructions a unit against ~89
+    // for INT4 9..16 rows on two tiles, ~118 against 103 for FP8 one row (tools/sass_loops.py).
     constexpr int FG = D == 1 ? 2 : D;
-    if constexpr (SSM && (ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum | kQmvSumCols | kQmvTrace)) == 0 &&
+    if constexpr ((ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum | kQmvSumCols | kQmvTrace)) == 0 &&
                   FG % 2 == 0) {
         // Scale groups of two chunks and a warp range of whole groups (g128 weights, K a multiple of 1024
         // channels): the flushes fall on fixed slots, each group's first mma starts its sum, and the loop
         // keeps no group counter (the general loop below spent ~20 instructions per chunk on that
-        // bookkeeping: session 9 SASS).
+        // bookkeeping: session 9 SASS). Without the staged table the scales (and zero points) of a group
+        // ride with its second chunk, in the slot the flush reads before load() refills it.
         if (cpg == 2 && ((c0 | c1) & 1) == 0) {
             for (int cb = c0; cb < c1; cb += FG) {
 #pragma unroll
