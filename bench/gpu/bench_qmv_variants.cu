@@ -608,8 +608,6 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, false, 1, 4, 3>(
                          "ntb1_d4"),  // qmm.cu's FP8 configurations (2 chunks in flight)
                      kernel_variant<true, false, 1, 4, 3, qmm::kQmvSerialStage>("ntb1_d4_ser"),  // x as before
-                     // The general loop, as FP8 (no staged scale table) ran every form before session 28.
-                     kernel_variant<true, false, 1, 4, 3, qmm::kQmvGeneralLoop>("ntb1_d4_genloop"),
                      kernel_variant<true, false, 1, 4, 3, qmm::kQmvPf1>("ntb1_d4_pf1"),
                      kernel_variant<true, false, 1, 4, 3, qmm::kQmvPf2>("ntb1_d4_pf2"),
                      pers_variant<true, false, 1, 4, 3>("pers_ntb1_d4", 3),

@@ -767,10 +767,15 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     }
     // FG: chunks an iteration of the fixed-group loop takes, whole groups of two: D, or two with one chunk in
     // flight (its one register slot taken twice). Before session 28 the forms with one chunk in flight and every
-    // form without the staged scale table (FP8) ran the general loop: ~100 SASS instructions a unit against ~89
-    // for INT4 9..16 rows on two tiles, ~118 against 103 for FP8 one row (tools/sass_loops.py).
+    // form without the staged scale table (FP8) ran the general loop (tools/sass_loops.py: ~100 SASS
+    // instructions a unit against ~89 for INT4 9..16 rows on two tiles, ~150 against 130 for FP8 9..16 rows).
+    // Measured (bench/results/qmv_fixed_d1.json, two calls): INT4 2..16 rows 3-11% faster on every 27B shape; FP8
+    // one tile 9..16 rows 2-9% faster on every shape, 2..8 rows 5-18% faster but 2-6% slower on gate_up and the
+    // DeltaNet q | k | v | z (which qmm.cu gives two tiles); FP8 one row on one tile (x staged, no table) 4-8%
+    // slower on gate_up and q | k | v | z, so that form keeps the general loop.
     constexpr int FG = D == 1 ? 2 : D;
-    if constexpr ((ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum | kQmvSumCols | kQmvTrace)) == 0 &&
+    if constexpr ((SSM || MULTI) &&
+                  (ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum | kQmvSumCols | kQmvTrace)) == 0 &&
                   FG % 2 == 0) {
         // Scale groups of two chunks and a warp range of whole groups (g128 weights, K a multiple of 1024
         // channels): the flushes fall on fixed slots, each group's first mma starts its sum, and the loop
