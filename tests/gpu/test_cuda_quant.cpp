@@ -62,6 +62,15 @@ Int4Host random_int4(int64_t N, int64_t K, int64_t gs, bool act, bool sym, int s
     return h;
 }
 
+// The CPU oracle's dequantized weight [N, K] f32 (its codes packed two a byte first, cpu::Int4Weights' layout).
+std::vector<float> oracle_int4(const Int4Host& h) {
+    const std::vector<uint8_t> packed = cpu::pack_int4(h.q.data(), h.N, h.K);
+    std::vector<float> w(static_cast<size_t>(h.N * h.K));
+    cpu::dequant_int4_rows({packed.data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N,
+                           w.data());
+    return w;
+}
+
 // Runs `lin` on M rows three times (direct / captured / replayed) and checks each against fp64.
 // w8a8: the FP8 prefill of a 128 x 128-block weight, which takes the W8A8 GEMM where cuBLASLt offers it
 // (GRIMOIRE_FP8_GEMM, quant_linear.cpp) and the dequant path elsewhere: the whole output must then match one of
@@ -118,8 +127,7 @@ TEST_P(CudaInt4, MatchesOracleForEveryRowCount) {
     std::mt19937 rng(fresh_seed());
     CudaBackend gpu(0, DType::BF16);
     Int4Host h = random_int4(c.N, c.K, c.gs, c.act, c.sym, c.scale_kind, rng);
-    std::vector<float> w(static_cast<size_t>(c.N * c.K));
-    cpu::dequant_int4_rows({cpu::pack_int4(h.q.data(), h.N, h.K).data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
+    const std::vector<float> w = oracle_int4(h);
     auto lin = make_int4_linear(gpu, std::move(h), Tensor{}, "test int4", 0);
     const std::vector<float> back = lin->dequantize();
     EXPECT_TRUE(back == w) << "device copy does not dequantize to the oracle's weight";
@@ -174,8 +182,7 @@ TEST(CudaInt4OddGroups, DequantPathForEveryRowCount) {
     EXPECT_FALSE(cuda::qmm_supported(96, 5));
     EXPECT_TRUE(cuda::qmm_supported(128, 5) && cuda::qmm_supported(32, 5) && cuda::qmm_supported(96, 1));
     Int4Host h = random_int4(50, 480, 96, false, false, 0, rng);
-    std::vector<float> w(static_cast<size_t>(h.N * h.K));
-    cpu::dequant_int4_rows({cpu::pack_int4(h.q.data(), h.N, h.K).data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
+    const std::vector<float> w = oracle_int4(h);
     auto lin = make_int4_linear(gpu, std::move(h), Tensor{}, "test int4 g96", 0);
     for (int64_t M : {1, 7, 16, 17}) check_linear(gpu, *lin, w, M, 3e-3, rng, "int4 50x480 g96");
 }
@@ -397,8 +404,7 @@ TEST(CudaQmmStreamK, AnyGridSizeGivesTheSameResult) {
     std::mt19937 rng(fresh_seed());
     const int64_t N = 1030, K = 2048;
     Int4Host h = random_int4(N, K, 128, true, false, 0, rng);
-    std::vector<float> w(static_cast<size_t>(N * K));
-    cpu::dequant_int4_rows({cpu::pack_int4(h.q.data(), h.N, h.K).data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N, w.data());
+    const std::vector<float> w = oracle_int4(h);
     DirectQmm q;
     q.int4(h);
     ASSERT_EQ(q.d4.scale_dtype, DType::F16);
@@ -471,9 +477,7 @@ TEST(CudaDequant, Bf16IsTheOracleRoundedOnce) {
                               Int4Case{63, 1000, 0, false, false, 2}, Int4Case{100, 320, 16, false, false, 1},
                               Int4Case{50, 480, 96, true, false, 0}}) {
         Int4Host h = random_int4(c.N, c.K, c.gs, c.act, c.sym, c.scale_kind, rng);
-        std::vector<float> w(static_cast<size_t>(c.N * c.K));
-        cpu::dequant_int4_rows({cpu::pack_int4(h.q.data(), h.N, h.K).data(), h.zeros.data(), h.scales.data(), h.g_idx.data(), h.N, h.K, h.G}, 0, h.N,
-                               w.data());
+        const std::vector<float> w = oracle_int4(h);
         const PackedInt4 p = repack_int4(h);
         cuda::Int4Dev d;
         d.N = p.N, d.K = p.K, d.G = p.G, d.group_size = p.group_size, d.NT = p.NT, d.KC = p.KC;
