@@ -616,8 +616,10 @@ struct Probe {
 // The library's MLP chain on the same shapes, per layer as the decode step runs it (random codes and scales,
 // BF16 activations): add_rmsnorm, the stacked gate | up (INT4: glu parts, h straight from the kernel; FP8 one
 // row keeps two parts and silu_mul, as qmm_glu_ok says), down. Mean ms a layer.
+// fused (FP8): gate | up, silu_mul and down as the one persistent launch of cuda::mlp_fp8 (what the decode
+// step runs for one row since session 29).
 template <bool FP8>
-double library_chain_ms(int L) {
+double library_chain_ms(int L, bool fused = false) {
     std::vector<void*> bufs;
     auto alloc = [&bufs](size_t n) {
         void* p = dalloc(n);
@@ -633,7 +635,10 @@ double library_chain_ms(int L) {
     gc::qmm_workspace_need(2 * kI, kD, &pb1, &nc1);
     gc::qmm_workspace_need(kD, kI, &pb2, &nc2);
     gc::QmmWorkspace ws;
-    ws.partial_bytes = std::max(pb1, pb2), ws.n_counters = std::max(nc1, nc2);
+    size_t pb3 = 0;
+    int nc3 = 0;
+    gc::mlp_fp8_workspace_need(&pb3, &nc3);
+    ws.partial_bytes = std::max({pb1, pb2, pb3}), ws.n_counters = std::max({nc1, nc2, nc3});
     ws.partials = static_cast<float*>(alloc(ws.partial_bytes));
     ws.counters = static_cast<int*>(alloc(static_cast<size_t>(ws.n_counters) * 4));
     check(cudaMemset(ws.counters, 0, static_cast<size_t>(ws.n_counters) * 4), "counters");
@@ -662,6 +667,10 @@ double library_chain_ms(int L) {
             const size_t l = static_cast<size_t>(i % L);
             gc::add_rmsnorm(tres, ty, twn, kEps, grimoire::NormKind::PLAIN, txn, s, ahead);
             if constexpr (FP8) {
+                if (fused) {
+                    gc::mlp_fp8(gu.f8[l], dn.f8[l], txn, th, ty, ws, s);
+                    return;
+                }
                 gc::qmm_fp8(gu.f8[l], txn, tgu, ws, s);
                 gc::silu_mul(tgate, tup, th, s);
                 gc::qmm_fp8(dn.f8[l], th, ty, ws, s);
@@ -848,6 +857,11 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
     }
     for (void* q : bufs) cudaFree(q);
     const double t_lib = record("library", library_chain_ms<FP8>(L));
+    if constexpr (FP8) {
+        const double t_fused = record("library_fused", library_chain_ms<FP8>(L, true));
+        grimoire::bench::add_entry(ratios, fmt + "_fused_over_library", t_fused / t_lib);
+        grimoire::bench::add_entry(ratios, fmt + "_fused_over_persist", t_fused / t[0][0]);
+    }
     grimoire::bench::add_entry(ratios, fmt + "_persist_over_library", t[0][0] / t_lib);
     grimoire::bench::add_entry(ratios, fmt + "_layer_over_library", t[0][3] / t_lib);
     grimoire::bench::add_entry(ratios, fmt + "_persist_over_stages", t[0][0] / t[0][2]);

@@ -299,10 +299,9 @@ MlpWeights load_mlp(
 }
 
 void mlp_forward(Backend& be, const MlpWeights& w, const Tensor& x, Tensor& out) {
-    if (w.gate_up.n_units() == 1 && w.gate_up.is_stacked() && w.gate_up.unit(0).offers_glu(x.rows())) {
-        Tensor h = be.scratch(be.act_dtype(), {x.rows(), w.gate_up.width(0)});  // gate | up in one pass
-        w.gate_up.unit(0).forward_glu(be, x, h);
-        w.down->forward(be, h, out);
+    if (w.gate_up.n_units() == 1 && w.gate_up.is_stacked() &&
+        (w.gate_up.unit(0).offers_mlp(x.rows(), *w.down) || w.gate_up.unit(0).offers_glu(x.rows()))) {
+        w.gate_up.unit(0).forward_mlp(be, x, *w.down, out);  // the block in one pass, or gate | up in one pass
         return;
     }
     std::vector<Tensor> gu = w.gate_up.forward(be, x);

@@ -158,6 +158,12 @@ void Linear::forward_glu(Backend& be, const Tensor& x, Tensor& h) const {
     be.silu_mul(parts[0], parts[1], h);
 }
 
+void Linear::forward_mlp(Backend& be, const Tensor& x, const Linear& down, Tensor& out) const {
+    Tensor h = be.scratch(be.act_dtype(), {x.rows(), out_features() / 2});  // [T, I] act
+    forward_glu(be, x, h);
+    down.forward(be, h, out);
+}
+
 void Linear::forward_split_conv(Backend& be, const Tensor& x, std::span<Tensor> ys, const Tensor& conv_w,
                                 Tensor& conv_state) const {
     GRIMOIRE_CHECK(!ys.empty(), "forward_split_conv: no parts");

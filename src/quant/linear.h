@@ -47,6 +47,12 @@ public:
     // g, u and Backend::silu_mul, which is what the default forward_glu runs.
     virtual bool offers_glu(int64_t /*rows*/) const { return false; }
     virtual void forward_glu(Backend& be, const Tensor& x, Tensor& h) const;
+    // The whole MLP block for a stacked [gate; up] weight: out [T, D] = down (silu(x Wg^T) * (x Wu^T)). Where
+    // offers_mlp(T, down) the implementation runs it as one pass over both weights (the CUDA FP8 one-row kernel
+    // streams down's weights while gate | up finishes, src/kernels/cuda/quant.h mlp_fp8); the default is
+    // forward_glu into scratch, then down.forward. Same values up to fp32 summation order.
+    virtual bool offers_mlp(int64_t /*rows*/, const Linear& /*down*/) const { return false; }
+    virtual void forward_mlp(Backend& be, const Tensor& x, const Linear& down, Tensor& out) const;
     // forward_split whose first part goes through Backend::conv1d_silu on its way out: ys[0] [T, C] receives
     // conv1d_silu(part 0) with conv_w [C, Kc] (or [C, 1, Kc]) and conv_state [Kc - 1, C] (advanced by the T
     // rows); the raw part 0 is never stored where offers_conv(T) (the quantized one-row kernel runs each

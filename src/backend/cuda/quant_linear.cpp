@@ -26,7 +26,7 @@ namespace grimoire {
 namespace {
 
 constexpr uint64_t kOpQmm = 0x514d4d00ull, kOpDequant = 0x44455100ull, kOpSplit = 0x53504c00ull,
-                   kOpW8a8 = 0x57384138ull;
+                   kOpW8a8 = 0x57384138ull, kOpMlp = 0x4d4c5000ull;
 
 CudaBackend& cuda_of(Backend& be) {
     auto* c = dynamic_cast<CudaBackend*>(&be);
@@ -345,6 +345,11 @@ class CudaFp8Linear final : public CudaQuantLinear {
             p = repack_fp8(h);
         }
         h = Fp8Host{};
+        size_t mlp_partial = 0;
+        int mlp_counters = 0;
+        cuda::mlp_fp8_workspace_need(&mlp_partial, &mlp_counters);
+        be.reserve_quant_ws(CudaBackend::QuantWs::PARTIALS, mlp_partial);
+        be.reserve_quant_ws(CudaBackend::QuantWs::COUNTERS, static_cast<size_t>(mlp_counters) * sizeof(int));
         d_.N = p.N, d_.K = p.K, d_.NT = p.NT, d_.KC = p.KC, d_.bn = p.bn, d_.bk = p.bk, d_.SN = p.SN, d_.SG = p.SG;
         qmm_ok_ = cuda::qmm_supported(p.bk, p.SG);
         const size_t nwords = static_cast<size_t>(p.NT * p.KC * 32 * 8);
@@ -394,6 +399,33 @@ class CudaFp8Linear final : public CudaQuantLinear {
     void run_dequant(void* out, DType dt, cudaStream_t s) const override { cuda::dequant_fp8(d_, out, dt, s); }
     bool glu_ok(int64_t M) const override { return cuda::qmm_glu_ok(true, false, M, d_.N, d_.K, d_.bk, d_.SG); }
     bool conv_ok(int64_t M) const override { return cuda::qmm_conv_ok(true, false, M, d_.N, d_.K, d_.bk, d_.SG); }
+
+    // One row: the MLP block as one persistent launch (cuda::mlp_fp8) where down is FP8 too and the kernel takes
+    // the shapes; GRIMOIRE_MLP_FUSED=0 keeps the glu pass + down (the A/B).
+    bool offers_mlp(int64_t rows, const Linear& down) const override {
+        const auto* d = dynamic_cast<const CudaFp8Linear*>(&down);
+        return mlp_enabled() && rows == 1 && d && wdt_ == DType::BF16 && qmm_ok_ && d->qmm_ok_ && !bias_.data &&
+               !d->bias_.data && cuda::mlp_fp8_ok(d_, d->d_);
+    }
+    void forward_mlp(Backend& be, const Tensor& x, const Linear& down, Tensor& out) const override {
+        CudaBackend& cb = cuda_of(be);
+        if (!offers_mlp(x.rows(), down)) return Linear::forward_mlp(be, x, down, out);
+        const cuda::Fp8Dev dd = static_cast<const CudaFp8Linear&>(down).d_;
+        GRIMOIRE_CHECK(x.cols() == K_ && out.rows() == 1 && out.cols() == dd.N && out.dtype == cb.act_dtype(),
+                       "quantized mlp (" + fmt_ + "): x or out does not fit the weights");
+        Tensor h = cb.scratch(cb.act_dtype(), {1, dd.K});  // [1, I]
+        const cuda::QmmWorkspace ws = workspace(cb);
+        Tensor xv = x, yv = out;
+        cb.record(cuda::KeyHasher().add(kOpMlp).add(xv).add(h).add(yv).add(id()).add(dd.words).h,
+                  [this, dd, xv, h, yv, ws](cudaStream_t s) mutable { cuda::mlp_fp8(d_, dd, xv, h, yv, ws, s); });
+    }
+    static bool mlp_enabled() {
+        static const bool on = [] {
+            const char* e = std::getenv("GRIMOIRE_MLP_FUSED");
+            return !(e && e[0] == '0');
+        }();
+        return on;
+    }
 
     // Prefill through the W8A8 FP8 GEMM, unless GRIMOIRE_FP8_GEMM=0 (read when a weight is loaded). The
     // activations are quantized to FP8 per 128 channels of a row, as HF transformers' FP8Linear and vLLM do for

@@ -100,6 +100,17 @@ void qmm_fp8(const Fp8Dev& w,
              int blocks = 0,
              const QmmParts* parts = nullptr);
 
+// ---- The one-row FP8 MLP block in one persistent launch (mlp_fp8.cu; decode) ----
+// y [1, D] BF16 = down (silu(g) * u) with [g | u] = gate_up x: gate_up a stacked [gate; up] weight [2 I, D],
+// down [D, I], both 128-channel scale groups (FP8 block-scaled); h [1, I] BF16 receives silu(g) * u (g, u and h
+// rounded to BF16 as forward_glu's parts and silu_mul would). One block per SM streams both weights through a
+// shared-memory ring across the grid barrier between the projections. Deterministic; the workspace is the qmm
+// kernels' (mlp_fp8_workspace_need more), its counters left at zero.
+bool mlp_fp8_ok(const Fp8Dev& gate_up, const Fp8Dev& down);
+void mlp_fp8_workspace_need(size_t* partial_bytes, int* n_counters);
+void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
+             const QmmWorkspace& ws, cudaStream_t s);
+
 // out [N, K] BF16 or F32 = the dequantized weight in the checkpoint's channel order.
 void dequant_int4(const Int4Dev& w, void* out, DType out_dtype, cudaStream_t s);
 void dequant_fp8(const Fp8Dev& w, void* out, DType out_dtype, cudaStream_t s);
