@@ -616,10 +616,11 @@ struct Probe {
 // The library's MLP chain on the same shapes, per layer as the decode step runs it (random codes and scales,
 // BF16 activations): add_rmsnorm, the stacked gate | up (INT4: glu parts, h straight from the kernel; FP8 one
 // row keeps two parts and silu_mul, as qmm_glu_ok says), down. Mean ms a layer.
-// fused (FP8): gate | up, silu_mul and down as the one persistent launch of cuda::mlp_fp8 (what the decode
-// step runs for one row since session 29).
+// fused (FP8) > 0: gate | up, silu_mul and down as the one persistent launch of cuda::mlp_fp8 (what the decode
+// step runs for one row since session 29): 1 as the library launches it, 2 with 8 consumer warps, 3 with 16 and
+// no math (its loads' floor).
 template <bool FP8>
-double library_chain_ms(int L, bool fused = false) {
+double library_chain_ms(int L, int fused = 0) {
     std::vector<void*> bufs;
     auto alloc = [&bufs](size_t n) {
         void* p = dalloc(n);
@@ -667,8 +668,12 @@ double library_chain_ms(int L, bool fused = false) {
             const size_t l = static_cast<size_t>(i % L);
             gc::add_rmsnorm(tres, ty, twn, kEps, grimoire::NormKind::PLAIN, txn, s, ahead);
             if constexpr (FP8) {
-                if (fused) {
+                if (fused == 1) {
                     gc::mlp_fp8(gu.f8[l], dn.f8[l], txn, th, ty, ws, s);
+                    return;
+                }
+                if (fused > 1) {
+                    gc::mlp_fp8_variant(gu.f8[l], dn.f8[l], txn, th, ty, ws, s, fused == 2 ? 8 : 16, fused != 3);
                     return;
                 }
                 gc::qmm_fp8(gu.f8[l], txn, tgu, ws, s);
@@ -858,7 +863,9 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
     for (void* q : bufs) cudaFree(q);
     const double t_lib = record("library", library_chain_ms<FP8>(L));
     if constexpr (FP8) {
-        const double t_fused = record("library_fused", library_chain_ms<FP8>(L, true));
+        const double t_fused = record("library_fused", library_chain_ms<FP8>(L, 1));
+        record("library_fused_w8", library_chain_ms<FP8>(L, 2));
+        record("library_fused_loads", library_chain_ms<FP8>(L, 3));
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_library", t_fused / t_lib);
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_persist", t_fused / t[0][0]);
     }

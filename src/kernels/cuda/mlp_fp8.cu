@@ -40,9 +40,8 @@ namespace grimoire::cuda {
 
 namespace {
 
-constexpr int kWarps = 8;                         // consumer warps
-constexpr int kThreads = (kWarps + 1) * 32;       // + the producer warp
-constexpr int kSlots = 32;                        // ring slots (a multiple of kWarps: see consume())
+constexpr int kMaxWarps = 16;                     // consumer warps (8 or 16), + one producer warp
+constexpr int kSlots = 32;                        // ring slots (a multiple of the consumer warps)
 constexpr int kSlotBytes = 4096;                  // one stage-A unit: 4 tiles of 16 rows x 64 channels
 constexpr int kTileBytes = 1024;                  // an FP8 chunk tile
 constexpr int kTileU4 = kTileBytes / 16;
@@ -78,8 +77,9 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
+template <int W>
 __device__ __forceinline__ void consumers_sync() {
-    asm volatile("bar.sync 1, %0;" ::"n"(kWarps * 32) : "memory");
+    asm volatile("bar.sync 1, %0;" ::"n"(W * 32) : "memory");
 }
 
 // Every block's consumers meet here (thread 0 of each). The counters end at zero: the last block to leave
@@ -135,7 +135,10 @@ __device__ __forceinline__ void chunk_mma(float (&c)[4], const uint4 (&w)[2], ui
     }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
+// W consumer warps; MATH false: the consumers take the tiles without computing (a benchmark floor).
+template <int W, bool MATH>
+__global__ void __launch_bounds__((W + 1) * 32, 1) mlp_fp8_kernel(MlpArgs a) {
+    constexpr int kWarps = W;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t smem_raw[];
     Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
@@ -188,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     for (int i = ct; i < pad / 8; i += kWarps * 32)
         xs4[i] = i * 8 < a.D ? __ldcg(reinterpret_cast<const uint4*>(a.x) + i) : make_uint4(0u, 0u, 0u, 0u);
     for (int i = ct; i < a.red_items * kWarps * 32; i += kWarps * 32) red[i] = 0.0f;
-    consumers_sync();
+    consumers_sync<W>();
 
     // ---- stage A: gate | up, per warp the units i = warp, warp + 8, ... of the block's range ----
     {
@@ -217,16 +220,21 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
             __syncwarp();
             if (lane == 0) mbar_arrive(&sm.empty[slot]);
             float cg[4], cu[4];
-            chunk_mma(cg, w[0], x0a, x0b, true);
-            chunk_mma(cg, w[1], x1a, x1b, false);
-            chunk_mma(cu, w[2], x0a, x0b, true);
-            chunk_mma(cu, w[3], x1a, x1b, false);
+            if constexpr (MATH) {
+                chunk_mma(cg, w[0], x0a, x0b, true);
+                chunk_mma(cg, w[1], x1a, x1b, false);
+                chunk_mma(cu, w[2], x0a, x0b, true);
+                chunk_mma(cu, w[3], x1a, x1b, false);
+            } else {
+                cg[0] = cg[2] = __uint_as_float((w[0][0].x ^ w[1][1].y ^ x0a.x) & 0x3FFFFFFFu);
+                cu[0] = cu[2] = __uint_as_float((w[2][0].x ^ w[3][1].y ^ x1b.w) & 0x3FFFFFFFu);
+            }
             ag[0] = fmaf(cg[0], sg, ag[0]), ag[1] = fmaf(cg[2], sg, ag[1]);
             au[0] = fmaf(cu[0], su, au[0]), au[1] = fmaf(cu[2], su, au[1]);
         }
         flush();
     }
-    consumers_sync();
+    consumers_sync<W>();
     // The block's items: whole ones stored, the split ones (first / last) to the workspace.
     auto h_of = [](float gs, float us) {
         const float gq = __bfloat162float(__float2bfloat16(gs)), uq = __bfloat162float(__float2bfloat16(us));
@@ -248,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
             a.h[(A.first_item() + li) * 16 + r] = h_of(gs, us);
         }
     }
-    consumers_sync();
+    consumers_sync<W>();
     // Split items: the second block of the two to get here adds both halves (lower block's first).
     auto exchange = [&](bool lo, bool hi, unsigned* cnt) {
         if (ct == 0) {
@@ -259,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
             if (sm.finisher[1]) atomicExch(cnt + b, 0u);
             __threadfence();
         }
-        consumers_sync();
+        consumers_sync<W>();
     };
     exchange(a_lo, a_hi, a.cnt);
     for (int k = 0; k < 2; ++k) {
@@ -269,9 +277,9 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
         const float gs = __ldcg(p + ct) + __ldcg(p + 32 + ct), us = __ldcg(p + 16 + ct) + __ldcg(p + 48 + ct);
         a.h[range_at(bd + 1, A.W, G) / A.gpi * 16 + ct] = h_of(gs, us);
     }
-    consumers_sync();
+    consumers_sync<W>();
     if (ct == 0) grid_barrier(a.cnt + 2 * G, a.cnt + 2 * G + 1, static_cast<unsigned>(G));
-    consumers_sync();
+    consumers_sync<W>();
     // Every block is past stage A: the next kernel may launch (it still waits for this grid to complete).
     asm volatile("griddepcontrol.launch_dependents;");
 
@@ -279,7 +287,7 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     for (int i = ct; i < pad / 8; i += kWarps * 32)
         xs4[i] = i * 8 < a.I ? __ldcg(reinterpret_cast<const uint4*>(a.h) + i) : make_uint4(0u, 0u, 0u, 0u);
     for (int i = ct; i < a.red_items * kWarps * 32; i += kWarps * 32) red[i] = 0.0f;
-    consumers_sync();
+    consumers_sync<W>();
     {
         float ad[2] = {0.0f, 0.0f};
         int item = -1;
@@ -305,13 +313,17 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
             __syncwarp();
             if (lane == 0) mbar_arrive(&sm.empty[slot]);
             float cd[4];
-            chunk_mma(cd, w[0], x0a, x0b, true);
-            chunk_mma(cd, w[1], x1a, x1b, false);
+            if constexpr (MATH) {
+                chunk_mma(cd, w[0], x0a, x0b, true);
+                chunk_mma(cd, w[1], x1a, x1b, false);
+            } else {
+                cd[0] = cd[2] = __uint_as_float((w[0][0].x ^ w[1][1].y ^ x0a.x) & 0x3FFFFFFFu);
+            }
             ad[0] = fmaf(cd[0], sd, ad[0]), ad[1] = fmaf(cd[2], sd, ad[1]);
         }
         flush();
     }
-    consumers_sync();
+    consumers_sync<W>();
     const bool b_lo = B.u0 % B.gpi != 0, b_hi = B.u1 % B.gpi != 0;
     float* partB = a.part + static_cast<size_t>(G) * 2 * 32;
     for (int i = ct; i < B.n_items() * 16; i += kWarps * 32) {
@@ -326,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
         else
             a.y[(B.first_item() + li) * 16 + r] = __float2bfloat16(s);
     }
-    consumers_sync();
+    consumers_sync<W>();
     exchange(b_lo, b_hi, a.cnt + G);
     for (int k = 0; k < 2; ++k) {
         if (!sm.finisher[k] || ct >= 16) continue;
@@ -338,6 +350,8 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     (void)a;
 #endif
 }
+
+constexpr int kMlpWarps = 16;  // the consumer warps of mlp_fp8
 
 int sm_count() {
     static const int n = [] {
@@ -354,7 +368,7 @@ struct Plan {
     size_t smem = 0;
 };
 
-Plan plan(int64_t D, int64_t I) {
+Plan plan(int64_t D, int64_t I, int warps) {
     Plan p;
     const int64_t itemsA = I / 16, itemsB = D / 16;
     p.G = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(sm_count()), itemsA, itemsB}));
@@ -366,7 +380,7 @@ Plan plan(int64_t D, int64_t I) {
     };
     p.red_items = std::max(items_of(itemsA, D / 128), items_of(itemsB, I / 128));
     const int64_t pad = (std::max(D, I) + 63) / 64 * 64;
-    p.smem = sizeof(Smem) + static_cast<size_t>(pad) * 2 + static_cast<size_t>(p.red_items) * kWarps * 32 * 4;
+    p.smem = sizeof(Smem) + static_cast<size_t>(pad) * 2 + static_cast<size_t>(p.red_items) * warps * 32 * 4;
     return p;
 }
 
@@ -394,13 +408,19 @@ bool mlp_fp8_ok(const Fp8Dev& gate_up, const Fp8Dev& down) {
     // 128-channel scale groups (a unit is one group) and 16-row tiles inside one scale row.
     if (gate_up.bk != 128 || down.bk != 128 || gate_up.bn % 16 != 0 || down.bn % 16 != 0) return false;
     if (gate_up.SG != D / 128 || down.SG != I / 128) return false;
-    const Plan p = plan(D, I);
+    const Plan p = plan(D, I, kMaxWarps);
     return p.G >= 1 && p.smem <= max_smem();
 }
 
 void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
              const QmmWorkspace& ws, cudaStream_t s) {
+    mlp_fp8_variant(gate_up, down, x, h, y, ws, s, kMlpWarps, true);
+}
+
+void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
+                     const QmmWorkspace& ws, cudaStream_t s, int warps, bool math) {
     if (!mlp_fp8_ok(gate_up, down)) throw Error("cuda mlp_fp8: weights this kernel does not take (mlp_fp8_ok)");
+    if (warps != 8 && warps != 16) throw Error("cuda mlp_fp8: 8 or 16 consumer warps");
     const int64_t D = gate_up.K, I = down.K;
     if (x.dtype != DType::BF16 || h.dtype != DType::BF16 || y.dtype != DType::BF16 || x.numel() != D ||
         y.numel() != D || h.numel() != I)
@@ -411,7 +431,7 @@ void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor&
     mlp_fp8_workspace_need(&pb, &nc);
     if (!ws.partials || !ws.counters || ws.partial_bytes < pb || ws.n_counters < nc)
         throw Error("cuda mlp_fp8: workspace too small (reserve mlp_fp8_workspace_need)");
-    const Plan p = plan(D, I);
+    const Plan p = plan(D, I, warps);
     MlpArgs a{};
     a.gu = gate_up.words, a.gus = gate_up.scales, a.dn = down.words, a.dns = down.scales;
     a.x = static_cast<const __nv_bfloat16*>(x.data);
@@ -421,12 +441,14 @@ void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor&
     a.bna = static_cast<int>(gate_up.bn), a.SGa = static_cast<int>(gate_up.SG);
     a.bnb = static_cast<int>(down.bn), a.SGb = static_cast<int>(down.SG);
     a.G = p.G, a.red_items = p.red_items;
-    static const bool attr_set = [] {
-        cudaFuncSetAttribute(mlp_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_smem()));
-        return true;
-    }();
-    (void)attr_set;
-    launch_pdl(mlp_fp8_kernel, dim3(static_cast<unsigned>(p.G)), dim3(kThreads), p.smem, s, a);
+    auto launch = [&](auto kernel, int w) {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_smem()));
+        launch_pdl(kernel, dim3(static_cast<unsigned>(p.G)), dim3(static_cast<unsigned>((w + 1) * 32)), p.smem, s, a);
+    };
+    if (warps == 16)
+        math ? launch(mlp_fp8_kernel<16, true>, 16) : launch(mlp_fp8_kernel<16, false>, 16);
+    else
+        math ? launch(mlp_fp8_kernel<8, true>, 8) : launch(mlp_fp8_kernel<8, false>, 8);
     check_launch("mlp_fp8");
 }
 

@@ -110,6 +110,9 @@ bool mlp_fp8_ok(const Fp8Dev& gate_up, const Fp8Dev& down);
 void mlp_fp8_workspace_need(size_t* partial_bytes, int* n_counters);
 void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
              const QmmWorkspace& ws, cudaStream_t s);
+// Benchmark variants: 8 or 16 consumer warps; math false takes the tiles without computing (h, y meaningless).
+void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
+                     const QmmWorkspace& ws, cudaStream_t s, int warps, bool math);
 
 // out [N, K] BF16 or F32 = the dequantized weight in the checkpoint's channel order.
 void dequant_int4(const Int4Dev& w, void* out, DType out_dtype, cudaStream_t s);
