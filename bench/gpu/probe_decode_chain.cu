@@ -617,8 +617,7 @@ struct Probe {
 // BF16 activations): add_rmsnorm, the stacked gate | up (INT4: glu parts, h straight from the kernel; FP8 one
 // row keeps two parts and silu_mul, as qmm_glu_ok says), down. Mean ms a layer.
 // fused (FP8) > 0: gate | up, silu_mul and down as the one persistent launch of cuda::mlp_fp8 (what the decode
-// step runs for one row since session 29): 1 as the library launches it, 2 with 8 consumer warps, 3 with 16 and
-// no math (its loads' floor).
+// step runs for one row since session 29): 1 as the library launches it, 2 without its math (its loads' floor).
 template <bool FP8>
 double library_chain_ms(int L, int fused = 0) {
     std::vector<void*> bufs;
@@ -638,7 +637,7 @@ double library_chain_ms(int L, int fused = 0) {
     gc::QmmWorkspace ws;
     size_t pb3 = 0;
     int nc3 = 0;
-    gc::mlp_fp8_workspace_need(&pb3, &nc3);
+    gc::mlp_fp8_workspace_need(kD, kI, &pb3, &nc3);
     ws.partial_bytes = std::max({pb1, pb2, pb3}), ws.n_counters = std::max({nc1, nc2, nc3});
     ws.partials = static_cast<float*>(alloc(ws.partial_bytes));
     ws.counters = static_cast<int*>(alloc(static_cast<size_t>(ws.n_counters) * 4));
@@ -673,7 +672,7 @@ double library_chain_ms(int L, int fused = 0) {
                     return;
                 }
                 if (fused > 1) {
-                    gc::mlp_fp8_variant(gu.f8[l], dn.f8[l], txn, th, ty, ws, s, fused == 2 ? 8 : 16, fused != 3);
+                    gc::mlp_fp8_variant(gu.f8[l], dn.f8[l], txn, th, ty, ws, s, false);
                     return;
                 }
                 gc::qmm_fp8(gu.f8[l], txn, tgu, ws, s);
@@ -864,8 +863,7 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
     const double t_lib = record("library", library_chain_ms<FP8>(L));
     if constexpr (FP8) {
         const double t_fused = record("library_fused", library_chain_ms<FP8>(L, 1));
-        record("library_fused_w8", library_chain_ms<FP8>(L, 2));
-        record("library_fused_loads", library_chain_ms<FP8>(L, 3));
+        record("library_fused_loads", library_chain_ms<FP8>(L, 2));
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_library", t_fused / t_lib);
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_persist", t_fused / t[0][0]);
     }

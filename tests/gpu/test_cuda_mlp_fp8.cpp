@@ -78,7 +78,7 @@ TEST_P(CudaMlpFp8, MatchesOracleAndIsDeterministic) {
     size_t pb = 0, pb2 = 0;
     int nc = 0, nc2 = 0;
     cuda::qmm_workspace_need(2 * I, D, &pb, &nc);
-    cuda::mlp_fp8_workspace_need(&pb2, &nc2);
+    cuda::mlp_fp8_workspace_need(D, I, &pb2, &nc2);
     pb = std::max(pb, pb2), nc = std::max(nc, nc2);
     q.ws.partials = static_cast<float*>(q.up(std::vector<uint8_t>(pb).data(), pb)), q.ws.partial_bytes = pb;
     q.ws.counters = static_cast<int*>(q.up(std::vector<int>(static_cast<size_t>(nc)).data(), static_cast<size_t>(nc) * 4));

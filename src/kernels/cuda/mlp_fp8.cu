@@ -6,23 +6,26 @@
 // gate | up has finished. Here one block per SM owns the whole block for both projections: a producer warp
 // streams the block's share of gate | up and then of down into a shared-memory ring with bulk async copies
 // (mbarrier completion), never waiting on the grid, so down's first tiles are in flight while gate | up's
-// last rows, the grid barrier between the stages and h's staging run. Eight consumer warps take the tiles from
-// the ring.
+// last rows, the grid barrier between the stages and h's staging run. Sixteen consumer warps take the tiles.
 //
-// Work: stage A's items are the I / 16 pairs (gate n-tile t, up n-tile t + I / 16), stage B's the D / 16
-// n-tiles of down; a unit is one item over one 128-channel scale group (2 chunks: A 4 tiles of 1 KB, B 2).
-// Each stage's units, item-major, are cut into G equal contiguous ranges (stream-K), so every SM streams the
-// same bytes whatever the shapes. G <= both item counts, so an item is split between at most two neighbouring
-// blocks: each writes its partial sums to the workspace and the second to arrive (a counter per block
-// boundary) adds them (two terms: the same bits whichever arrives first) and stores the item.
-// Within a block, unit i goes to consumer warp i % 8; a warp's sums of an item go to shared memory and the
-// block adds them in warp order at the end of the stage. All deterministic.
+// Work of a stage: its items (A: the I / 16 pairs of gate n-tile t and up n-tile t + I / 16; B: the D / 16
+// n-tiles of down) over S segments of K (whole 128-channel scale groups). The (segment, item) units,
+// segment-major, are cut into G equal contiguous ranges (stream-K), so a block owns one or two rectangles of
+// consecutive items over one segment's chunks, and every SM streams the same bytes. The tile layout is
+// chunk-major, so a rectangle's tiles of one chunk are one contiguous run a part (gate, up), and the blocks of a
+// segment, advancing through its chunks at the same pace, read one contiguous band of the weight together: the
+// DRAM sees a few copy-like streams (a first form that gave each block scattered 1 KB tiles read at ~0.5 of
+// copy with no math at all, H100). S is the fewest segments that give every block >= 32 units (<= 3% imbalance).
+// A slot of the ring is 16 consecutive positions of a chunk's run(s) (position p: part p / n, item p % n of the
+// rectangle's n), position p goes to warp p % 16, so a warp owns fixed positions over the whole rectangle and
+// keeps their sums in registers: no reduction inside the block. Each (segment, item) partial goes to the
+// workspace; the last of an item's S segments to arrive (a counter per item) adds them in segment order and
+// stores the item. All deterministic.
 //
 // Numerics, as the library's one-row path (quant_qmv.cuh): E4M3 moved exactly into BF16 (a_fragment), x BF16,
 // mma.sync with fp32 accumulation over a scale group, then acc = fma(group sum, scale, acc); g and u rounded to
 // BF16 as stored parts would be, h = silu(g) * u rounded to BF16 (silu_mul's formula), y rounded to BF16. Only
-// the summation order differs from the library's (per-warp group subsets), so results agree with it to fp32
-// rounding, not bit for bit.
+// the summation order differs from the library's, so results agree with it to fp32 rounding, not bit for bit.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -40,27 +43,34 @@ namespace grimoire::cuda {
 
 namespace {
 
-constexpr int kMaxWarps = 16;                     // consumer warps (8 or 16), + one producer warp
-constexpr int kSlots = 32;                        // ring slots (a multiple of the consumer warps)
-constexpr int kSlotBytes = 4096;                  // one stage-A unit: 4 tiles of 16 rows x 64 channels
-constexpr int kTileBytes = 1024;                  // an FP8 chunk tile
-constexpr int kTileU4 = kTileBytes / 16;
-constexpr uint64_t kTimeoutNs = 4000000000ull;    // a grid wait this long is a bug: trap, don't hang the card
+constexpr int kWarps = 16;                     // consumer warps, + one producer warp
+constexpr int kThreads = (kWarps + 1) * 32;
+constexpr int kTileBytes = 1024;               // an FP8 chunk tile: 16 rows x 64 channels
+constexpr int kSlotTiles = 16;                 // a ring slot: 16 positions, one a consumer warp
+constexpr int kSlotBytes = kSlotTiles * kTileBytes;
+constexpr int kSlots = 8;
+constexpr int kMaxK = 6;                       // slots a chunk of a rectangle (positions <= 96)
+constexpr uint64_t kTimeoutNs = 4000000000ull; // a grid wait this long is a bug: trap, don't hang the card
+
+// One stage's weight and work: `runs` parts of `items` n-tiles each (part r's n-tile of item i: i + r * run_off),
+// K in `segs` segments of `gps` scale groups (2 chunks each).
+struct StageArgs {
+    const uint32_t* words;  // tiles, NT n-tiles x KC chunks
+    const float* scales;    // [SN][SG]
+    int NT, KC, bn, SG;
+    int items, runs, run_off, segs, gps;
+    float* part;      // [segs][items][runs * 16] f32 partial sums of each (segment, item)
+    unsigned* cnt;    // [items] segments arrived, left at zero
+};
 
 struct MlpArgs {
-    const uint32_t* gu;  // gate | up tiles, NTg2 = 2 I / 16 n-tiles x KCa chunks
-    const float* gus;    // [SNa][SGa]
-    const uint32_t* dn;  // down tiles, NTd = D / 16 n-tiles x KCb chunks
-    const float* dns;    // [SNb][SGb]
+    StageArgs st[2];         // A: gate | up, B: down
     const __nv_bfloat16* x;  // [D]
     __nv_bfloat16* h;        // [I]
     __nv_bfloat16* y;        // [D]
-    float* part;             // [G][2][32] stage A, then [G][2][16] stage B
-    unsigned* cnt;           // [G] stage A boundaries, [G] stage B boundaries, arrive, depart
-    int D, I;                // x / y width, h width
-    int bna, SGa, bnb, SGb;  // scale grids (rows per scale row; scale groups a row)
-    int G;                   // grid blocks
-    int red_items;           // items a block's red table holds (either stage)
+    unsigned* bar;           // [2] the grid barrier's counters, left at zero
+    int D, I;
+    int G;  // grid blocks
 };
 
 __device__ __forceinline__ int range_at(int b, int W, int G) {
@@ -77,9 +87,8 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
-template <int W>
 __device__ __forceinline__ void consumers_sync() {
-    asm volatile("bar.sync 1, %0;" ::"n"(W * 32) : "memory");
+    asm volatile("bar.sync 1, %0;" ::"n"(kWarps * 32) : "memory");
 }
 
 // Every block's consumers meet here (thread 0 of each). The counters end at zero: the last block to leave
@@ -104,21 +113,26 @@ using qmm::mbar_init;
 using qmm::mbar_wait;
 #endif
 
-// Stage geometry: items, groups an item, and this block's unit range.
-struct Stage {
-    int items, gpi, W, u0, u1;
-    __device__ Stage(int items_, int gpi_, int b, int G) : items(items_), gpi(gpi_), W(items_ * gpi_) {
-        u0 = range_at(b, W, G), u1 = range_at(b + 1, W, G);
+// The block's next rectangle of a stage: segment `seg`, items [i0, i0 + n), from unit u (advanced past it).
+struct Rect {
+    int seg, i0, n;
+    __device__ Rect(const StageArgs& s, int& u, int u1) {
+        seg = u / s.items, i0 = u - seg * s.items;
+        n = min(s.items - i0, u1 - u);
+        u += n;
     }
-    __device__ int first_item() const { return u0 / gpi; }
-    __device__ int n_items() const { return u1 > u0 ? (u1 - 1) / gpi - u0 / gpi + 1 : 0; }
+    __device__ int npos(const StageArgs& s) const { return s.runs * n; }
+    __device__ int c0(const StageArgs& s) const { return seg * s.gps * 2; }
+    __device__ int c1(const StageArgs& s) const { return (seg + 1) * s.gps * 2; }
+    // The n-tile of position p.
+    __device__ int ntile(const StageArgs& s, int p) const { return i0 + p % n + (p / n) * s.run_off; }
 };
 
 struct Smem {
     alignas(128) uint8_t ring[kSlots][kSlotBytes];
     uint64_t full[kSlots], empty[kSlots];
-    int finisher[2];
-    // then: x / h (BF16, max(D, I) padded to 64), red [red_items][kWarps][32] f32
+    int last[kSlotTiles * kMaxK];  // the rectangle's items this block completes
+    // then: x, later h (BF16, max(D, I) padded to 64)
 };
 
 // The A fragment's four k-tiles of one chunk tile against the chunk of x (lane t's 16 channels), into c.
@@ -135,223 +149,184 @@ __device__ __forceinline__ void chunk_mma(float (&c)[4], const uint4 (&w)[2], ui
     }
 }
 
-// W consumer warps; MATH false: the consumers take the tiles without computing (a benchmark floor).
-template <int W, bool MATH>
-__global__ void __launch_bounds__((W + 1) * 32, 1) mlp_fp8_kernel(MlpArgs a) {
-    constexpr int kWarps = W;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Producer: the slots of every rectangle of the stage, chunk by chunk, 16 positions a slot (one or two
+// contiguous runs of tiles).
+__device__ void produce(const StageArgs& s, int u0, int u1, Smem& sm, int& it) {
+    for (int u = u0; u < u1;) {
+        const Rect r(s, u, u1);
+        const int np = r.npos(s), nsl = (np + kSlotTiles - 1) / kSlotTiles;
+        for (int c = r.c0(s); c < r.c1(s); ++c) {
+            for (int k = 0; k < nsl; ++k, ++it) {
+                const int slot = it % kSlots, use = it / kSlots;
+                if (use > 0) mbar_wait(&sm.empty[slot], (use - 1) & 1);
+                const int p0 = k * kSlotTiles, p1 = min(np, p0 + kSlotTiles);
+                mbar_arrive_tx(&sm.full[slot], static_cast<unsigned>((p1 - p0) * kTileBytes));
+                for (int p = p0; p < p1;) {  // runs of consecutive n-tiles: up to the end of a part
+                    const int q = min(p1, (p / r.n + 1) * r.n);
+                    bulk_load(sm.ring[slot] + (p - p0) * kTileBytes,
+                              s.words + tile_index(r.ntile(s, p), c, s.NT, s.KC) * (kTileBytes / 4),
+                              static_cast<unsigned>((q - p) * kTileBytes), &sm.full[slot]);
+                    p = q;
+                }
+            }
+        }
+    }
+}
+
+// Consumers: the block's rectangles of the stage; each (segment, item) partial to the workspace, the items
+// whose last segment this block brings stored through `store(item, row, sums of the parts)`.
+template <bool MATH, class Store>
+__device__ void consume(const StageArgs& s, int u0, int u1, Smem& sm, const uint4* xs4, int& it, Store store) {
+    const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+    const int ct = static_cast<int>(threadIdx.x), t = lane & 3, g = lane >> 2;
+    for (int u = u0; u < u1;) {
+        const Rect r(s, u, u1);
+        const int np = r.npos(s), nsl = (np + kSlotTiles - 1) / kSlotTiles;
+        float cur[kMaxK][4], acc[kMaxK][2], sc[kMaxK];
+        int row0[kMaxK];  // the scale row of each of this warp's positions
+#pragma unroll
+        for (int k = 0; k < kMaxK; ++k) {
+            acc[k][0] = acc[k][1] = 0.0f, sc[k] = 0.0f;
+            const int p = k * kSlotTiles + warp;
+            row0[k] = p < np ? r.ntile(s, p) * 16 / s.bn : 0;
+        }
+        for (int c = r.c0(s); c < r.c1(s); ++c) {
+            const bool first = (c & 1) == 0;
+            if (first) {
+#pragma unroll
+                for (int k = 0; k < kMaxK; ++k)
+                    if (k < nsl && k * kSlotTiles + warp < np)
+                        sc[k] = __ldg(s.scales + static_cast<int64_t>(row0[k]) * s.SG + (c >> 1));
+            }
+            const uint4 xa = xs4[c * 8 + 2 * t], xb = xs4[c * 8 + 2 * t + 1];
+#pragma unroll
+            for (int k = 0; k < kMaxK; ++k) {
+                if (k >= nsl) break;
+                const int slot = it % kSlots;
+                // Every warp waits for every slot's data, its tile there or not: a warp that arrived on `empty`
+                // before the slot's copy had landed could otherwise take that phase for the next one's.
+                mbar_wait(&sm.full[slot], (it / kSlots) & 1);
+                if (k * kSlotTiles + warp < np) {
+                    const uint4* t4 = reinterpret_cast<const uint4*>(sm.ring[slot] + warp * kTileBytes);
+                    const uint4 w[2] = {t4[2 * lane], t4[2 * lane + 1]};
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(&sm.empty[slot]);
+                    if constexpr (MATH) {
+                        chunk_mma(cur[k], w, xa, xb, first);
+                    } else {
+                        const float v = __uint_as_float((w[0].x ^ w[1].y ^ xa.x) & 0x3FFFFFFFu);
+                        cur[k][0] = first ? v : cur[k][0] + v, cur[k][2] = cur[k][0];
+                    }
+                } else if (lane == 0) {
+                    mbar_arrive(&sm.empty[slot]);  // no tile of this warp's here: its arrival all the same
+                }
+                ++it;
+            }
+            if (!first) {
+#pragma unroll
+                for (int k = 0; k < kMaxK; ++k)
+                    if (k < nsl && k * kSlotTiles + warp < np)
+                        acc[k][0] = fmaf(cur[k][0], sc[k], acc[k][0]), acc[k][1] = fmaf(cur[k][2], sc[k], acc[k][1]);
+            }
+        }
+        // This warp's positions: partial sums of rows g, g + 8 (every column of C holds the one token).
+        const int width = s.runs * 16;
+        if (t == 0) {
+#pragma unroll
+            for (int k = 0; k < kMaxK; ++k) {
+                const int p = k * kSlotTiles + warp;
+                if (k < nsl && p < np) {
+                    float* d = s.part + (static_cast<int64_t>(r.seg) * s.items + r.i0 + p % r.n) * width + (p / r.n) * 16;
+                    __stcg(d + g, acc[k][0]), __stcg(d + g + 8, acc[k][1]);
+                }
+            }
+        }
+        consumers_sync();
+        if (ct < r.n) {
+            __threadfence();
+            const bool last = atomicAdd(s.cnt + r.i0 + ct, 1u) == static_cast<unsigned>(s.segs - 1);
+            if (last) atomicExch(s.cnt + r.i0 + ct, 0u);
+            __threadfence();
+            sm.last[ct] = last;
+        }
+        consumers_sync();
+        for (int i = ct; i < r.n * 16; i += kWarps * 32) {
+            const int li = i >> 4, row = i & 15;
+            if (!sm.last[li]) continue;
+            float sum[2] = {0.0f, 0.0f};
+            for (int sg = 0; sg < s.segs; ++sg) {
+                const float* d = s.part + (static_cast<int64_t>(sg) * s.items + r.i0 + li) * width;
+#pragma unroll
+                for (int q = 0; q < 2; ++q)
+                    if (q < s.runs) sum[q] += __ldcg(d + q * 16 + row);
+            }
+            store(r.i0 + li, row, sum);
+        }
+        consumers_sync();
+    }
+}
+#endif
+
+// MATH false: the consumers take the tiles without computing (a benchmark floor).
+template <bool MATH>
+__global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t smem_raw[];
     Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
     const int pad = (max(a.D, a.I) + 63) / 64 * 64;
     uint4* xs4 = reinterpret_cast<uint4*>(smem_raw + sizeof(Smem));  // x, then h: [pad] BF16
-    float* red = reinterpret_cast<float*>(smem_raw + sizeof(Smem) + static_cast<size_t>(pad) * 2);
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int b = static_cast<int>(blockIdx.x), G = a.G;
-    const int NTh = a.I / 16, NTa = 2 * NTh, KCa = a.D / 64, NTb = a.D / 16, KCb = a.I / 64;
-    const Stage A(NTh, a.D / 128, b, G), B(NTb, a.I / 128, b, G);
-    const int nA = A.u1 - A.u0, nB = B.u1 - B.u0;
+    const StageArgs& A = a.st[0];
+    const StageArgs& B = a.st[1];
+    const int WA = A.items * A.segs, WB = B.items * B.segs;
+    const int a0 = range_at(b, WA, G), a1 = range_at(b + 1, WA, G);
+    const int b0 = range_at(b, WB, G), b1 = range_at(b + 1, WB, G);
 
     if (threadIdx.x == 0) {
-        for (int i = 0; i < kSlots; ++i) mbar_init(&sm.full[i], 1), mbar_init(&sm.empty[i], 1);
+        for (int i = 0; i < kSlots; ++i) mbar_init(&sm.full[i], 1), mbar_init(&sm.empty[i], kWarps);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
-    if (warp == kWarps) {  // producer: the block's units of both stages, in the consumers' order
-        if (lane != 0) return;
-        for (int it = 0; it < nA + nB; ++it) {
-            const int slot = it % kSlots, use = it / kSlots;
-            if (use > 0) mbar_wait(&sm.empty[slot], (use - 1) & 1);
-            uint8_t* dst = sm.ring[slot];
-            if (it < nA) {
-                const int u = A.u0 + it, nt = u / A.gpi, c = 2 * (u % A.gpi);
-                mbar_arrive_tx(&sm.full[slot], 4 * kTileBytes);
-                const int ntl[2] = {nt, nt + NTh};
-#pragma unroll
-                for (int q = 0; q < 4; ++q)
-                    bulk_load(dst + q * kTileBytes,
-                              a.gu + tile_index(ntl[q >> 1], c + (q & 1), NTa, KCa) * (kTileBytes / 4), kTileBytes,
-                              &sm.full[slot]);
-            } else {
-                const int u = B.u0 + it - nA, nt = u / B.gpi, c = 2 * (u % B.gpi);
-                mbar_arrive_tx(&sm.full[slot], 2 * kTileBytes);
-#pragma unroll
-                for (int q = 0; q < 2; ++q)
-                    bulk_load(dst + q * kTileBytes, a.dn + tile_index(nt, c + q, NTb, KCb) * (kTileBytes / 4),
-                              kTileBytes, &sm.full[slot]);
-            }
+    int it = 0;
+    if (warp == kWarps) {  // producer: both stages' slots in the consumers' order, never waiting on the grid
+        if (lane == 0) {
+            produce(A, a0, a1, sm, it);
+            produce(B, b0, b1, sm, it);
         }
         return;
     }
 
-    const int ct = static_cast<int>(threadIdx.x);  // consumer thread 0..255
-    const int t = lane & 3, g = lane >> 2;
-    // x (the previous kernel's output) and the workspace only after the previous grid has completed.
+    const int ct = static_cast<int>(threadIdx.x);
+    // x (the previous kernel's output) and the workspace only once the previous grid has completed.
     asm volatile("griddepcontrol.wait;" ::: "memory");
     for (int i = ct; i < pad / 8; i += kWarps * 32)
         xs4[i] = i * 8 < a.D ? __ldcg(reinterpret_cast<const uint4*>(a.x) + i) : make_uint4(0u, 0u, 0u, 0u);
-    for (int i = ct; i < a.red_items * kWarps * 32; i += kWarps * 32) red[i] = 0.0f;
-    consumers_sync<W>();
+    consumers_sync();
 
-    // ---- stage A: gate | up, per warp the units i = warp, warp + 8, ... of the block's range ----
-    {
-        float ag[2] = {0.0f, 0.0f}, au[2] = {0.0f, 0.0f};  // rows g, g + 8 of the current item
-        int item = -1;
-        auto flush = [&]() {
-            if (item >= 0 && t == 0) {
-                float* r = red + ((item - A.first_item()) * kWarps + warp) * 32;
-                r[g] = ag[0], r[g + 8] = ag[1], r[16 + g] = au[0], r[24 + g] = au[1];
-            }
-            ag[0] = ag[1] = au[0] = au[1] = 0.0f;
-        };
-        for (int i = warp; i < nA; i += kWarps) {
-            const int u = A.u0 + i, nt = u / A.gpi, grp = u % A.gpi;
-            if (nt != item) flush(), item = nt;
-            const float sg = __ldg(a.gus + static_cast<int64_t>(nt * 16 / a.bna) * a.SGa + grp);
-            const float su = __ldg(a.gus + static_cast<int64_t>((nt + NTh) * 16 / a.bna) * a.SGa + grp);
-            const uint4 x0a = xs4[(2 * grp) * 8 + 2 * t], x0b = xs4[(2 * grp) * 8 + 2 * t + 1];
-            const uint4 x1a = xs4[(2 * grp + 1) * 8 + 2 * t], x1b = xs4[(2 * grp + 1) * 8 + 2 * t + 1];
-            const int slot = i % kSlots;
-            mbar_wait(&sm.full[slot], (i / kSlots) & 1);
-            const uint4* s4 = reinterpret_cast<const uint4*>(sm.ring[slot]);
-            uint4 w[4][2];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) w[q][0] = s4[q * kTileU4 + 2 * lane], w[q][1] = s4[q * kTileU4 + 2 * lane + 1];
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&sm.empty[slot]);
-            float cg[4], cu[4];
-            if constexpr (MATH) {
-                chunk_mma(cg, w[0], x0a, x0b, true);
-                chunk_mma(cg, w[1], x1a, x1b, false);
-                chunk_mma(cu, w[2], x0a, x0b, true);
-                chunk_mma(cu, w[3], x1a, x1b, false);
-            } else {
-                cg[0] = cg[2] = __uint_as_float((w[0][0].x ^ w[1][1].y ^ x0a.x) & 0x3FFFFFFFu);
-                cu[0] = cu[2] = __uint_as_float((w[2][0].x ^ w[3][1].y ^ x1b.w) & 0x3FFFFFFFu);
-            }
-            ag[0] = fmaf(cg[0], sg, ag[0]), ag[1] = fmaf(cg[2], sg, ag[1]);
-            au[0] = fmaf(cu[0], su, au[0]), au[1] = fmaf(cu[2], su, au[1]);
-        }
-        flush();
-    }
-    consumers_sync<W>();
-    // The block's items: whole ones stored, the split ones (first / last) to the workspace.
-    auto h_of = [](float gs, float us) {
-        const float gq = __bfloat162float(__float2bfloat16(gs)), uq = __bfloat162float(__float2bfloat16(us));
-        return __float2bfloat16(gq * sigmoidf_(gq) * uq);
-    };
-    const bool a_lo = A.u0 % A.gpi != 0, a_hi = A.u1 % A.gpi != 0;  // split with block b - 1 / b + 1
-    for (int i = ct; i < A.n_items() * 16; i += kWarps * 32) {
-        const int li = i >> 4, r = i & 15;
-        float gs = 0.0f, us = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) gs += red[(li * kWarps + w) * 32 + r], us += red[(li * kWarps + w) * 32 + 16 + r];
-        if (li == 0 && a_lo) {
-            float* p = a.part + ((b - 1) * 2 + 1) * 32;
-            __stcg(p + r, gs), __stcg(p + 16 + r, us);
-        } else if (li == A.n_items() - 1 && a_hi) {
-            float* p = a.part + (b * 2) * 32;
-            __stcg(p + r, gs), __stcg(p + 16 + r, us);
-        } else {
-            a.h[(A.first_item() + li) * 16 + r] = h_of(gs, us);
-        }
-    }
-    consumers_sync<W>();
-    // Split items: the second block of the two to get here adds both halves (lower block's first).
-    auto exchange = [&](bool lo, bool hi, unsigned* cnt) {
-        if (ct == 0) {
-            __threadfence();
-            sm.finisher[0] = lo && atomicAdd(cnt + b - 1, 1u) == 1u;
-            sm.finisher[1] = hi && atomicAdd(cnt + b, 1u) == 1u;
-            if (sm.finisher[0]) atomicExch(cnt + b - 1, 0u);
-            if (sm.finisher[1]) atomicExch(cnt + b, 0u);
-            __threadfence();
-        }
-        consumers_sync<W>();
-    };
-    exchange(a_lo, a_hi, a.cnt);
-    for (int k = 0; k < 2; ++k) {
-        if (!sm.finisher[k] || ct >= 16) continue;
-        const int bd = k == 0 ? b - 1 : b;
-        const float* p = a.part + bd * 2 * 32;
-        const float gs = __ldcg(p + ct) + __ldcg(p + 32 + ct), us = __ldcg(p + 16 + ct) + __ldcg(p + 48 + ct);
-        a.h[range_at(bd + 1, A.W, G) / A.gpi * 16 + ct] = h_of(gs, us);
-    }
-    consumers_sync<W>();
-    if (ct == 0) grid_barrier(a.cnt + 2 * G, a.cnt + 2 * G + 1, static_cast<unsigned>(G));
-    consumers_sync<W>();
+    // ---- stage A: gate | up -> h ----
+    consume<MATH>(A, a0, a1, sm, xs4, it, [&](int item, int row, const float (&sum)[2]) {
+        const float gq = __bfloat162float(__float2bfloat16(sum[0])), uq = __bfloat162float(__float2bfloat16(sum[1]));
+        a.h[item * 16 + row] = __float2bfloat16(gq * sigmoidf_(gq) * uq);
+    });
+    if (ct == 0) grid_barrier(a.bar, a.bar + 1, static_cast<unsigned>(G));
+    consumers_sync();
     // Every block is past stage A: the next kernel may launch (it still waits for this grid to complete).
     asm volatile("griddepcontrol.launch_dependents;");
 
-    // ---- stage B: down over h ----
+    // ---- stage B: down over h -> y ----
     for (int i = ct; i < pad / 8; i += kWarps * 32)
         xs4[i] = i * 8 < a.I ? __ldcg(reinterpret_cast<const uint4*>(a.h) + i) : make_uint4(0u, 0u, 0u, 0u);
-    for (int i = ct; i < a.red_items * kWarps * 32; i += kWarps * 32) red[i] = 0.0f;
-    consumers_sync<W>();
-    {
-        float ad[2] = {0.0f, 0.0f};
-        int item = -1;
-        auto flush = [&]() {
-            if (item >= 0 && t == 0) {
-                float* r = red + ((item - B.first_item()) * kWarps + warp) * 16;
-                r[g] = ad[0], r[g + 8] = ad[1];
-            }
-            ad[0] = ad[1] = 0.0f;
-        };
-        for (int i = warp; i < nB; i += kWarps) {
-            const int u = B.u0 + i, nt = u / B.gpi, grp = u % B.gpi;
-            if (nt != item) flush(), item = nt;
-            const float sd = __ldg(a.dns + static_cast<int64_t>(nt * 16 / a.bnb) * a.SGb + grp);
-            const uint4 x0a = xs4[(2 * grp) * 8 + 2 * t], x0b = xs4[(2 * grp) * 8 + 2 * t + 1];
-            const uint4 x1a = xs4[(2 * grp + 1) * 8 + 2 * t], x1b = xs4[(2 * grp + 1) * 8 + 2 * t + 1];
-            const int it = nA + i, slot = it % kSlots;
-            mbar_wait(&sm.full[slot], (it / kSlots) & 1);
-            const uint4* s4 = reinterpret_cast<const uint4*>(sm.ring[slot]);
-            uint4 w[2][2];
-#pragma unroll
-            for (int q = 0; q < 2; ++q) w[q][0] = s4[q * kTileU4 + 2 * lane], w[q][1] = s4[q * kTileU4 + 2 * lane + 1];
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&sm.empty[slot]);
-            float cd[4];
-            if constexpr (MATH) {
-                chunk_mma(cd, w[0], x0a, x0b, true);
-                chunk_mma(cd, w[1], x1a, x1b, false);
-            } else {
-                cd[0] = cd[2] = __uint_as_float((w[0][0].x ^ w[1][1].y ^ x0a.x) & 0x3FFFFFFFu);
-            }
-            ad[0] = fmaf(cd[0], sd, ad[0]), ad[1] = fmaf(cd[2], sd, ad[1]);
-        }
-        flush();
-    }
-    consumers_sync<W>();
-    const bool b_lo = B.u0 % B.gpi != 0, b_hi = B.u1 % B.gpi != 0;
-    float* partB = a.part + static_cast<size_t>(G) * 2 * 32;
-    for (int i = ct; i < B.n_items() * 16; i += kWarps * 32) {
-        const int li = i >> 4, r = i & 15;
-        float s = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) s += red[(li * kWarps + w) * 16 + r];
-        if (li == 0 && b_lo)
-            __stcg(partB + ((b - 1) * 2 + 1) * 16 + r, s);
-        else if (li == B.n_items() - 1 && b_hi)
-            __stcg(partB + (b * 2) * 16 + r, s);
-        else
-            a.y[(B.first_item() + li) * 16 + r] = __float2bfloat16(s);
-    }
-    consumers_sync<W>();
-    exchange(b_lo, b_hi, a.cnt + G);
-    for (int k = 0; k < 2; ++k) {
-        if (!sm.finisher[k] || ct >= 16) continue;
-        const int bd = k == 0 ? b - 1 : b;
-        const float* p = partB + bd * 2 * 16;
-        a.y[range_at(bd + 1, B.W, G) / B.gpi * 16 + ct] = __float2bfloat16(__ldcg(p + ct) + __ldcg(p + 16 + ct));
-    }
+    consumers_sync();
+    consume<MATH>(B, b0, b1, sm, xs4, it, [&](int item, int row, const float (&sum)[2]) {
+        a.y[item * 16 + row] = __float2bfloat16(sum[0]);
+    });
 #else
     (void)a;
 #endif
 }
-
-constexpr int kMlpWarps = 16;  // the consumer warps of mlp_fp8
 
 int sm_count() {
     static const int n = [] {
@@ -361,27 +336,6 @@ int sm_count() {
         return v;
     }();
     return n;
-}
-
-struct Plan {
-    int G = 0, red_items = 0;
-    size_t smem = 0;
-};
-
-Plan plan(int64_t D, int64_t I, int warps) {
-    Plan p;
-    const int64_t itemsA = I / 16, itemsB = D / 16;
-    p.G = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(sm_count()), itemsA, itemsB}));
-    if (p.G < 1) return p;
-    // A block's range holds at most ceil(W / G) units, so it touches at most that / gpi + 2 items.
-    auto items_of = [&](int64_t items, int64_t gpi) {
-        const int64_t per = (items * gpi + p.G - 1) / p.G;
-        return static_cast<int>(per / gpi + 2);
-    };
-    p.red_items = std::max(items_of(itemsA, D / 128), items_of(itemsB, I / 128));
-    const int64_t pad = (std::max(D, I) + 63) / 64 * 64;
-    p.smem = sizeof(Smem) + static_cast<size_t>(pad) * 2 + static_cast<size_t>(p.red_items) * warps * 32 * 4;
-    return p;
 }
 
 size_t max_smem() {
@@ -394,61 +348,97 @@ size_t max_smem() {
     return n;
 }
 
+// A stage's segment count: the fewest (a divisor of the groups an item) that give every block >= 32 units,
+// as long as a rectangle's positions fit the warps' registers (<= 16 kMaxK); 0 where none does.
+int segments(int64_t items, int64_t gpi, int runs, int G) {
+    int best = 0;
+    for (int64_t S = 1; S <= gpi; ++S) {
+        if (gpi % S != 0) continue;
+        const int64_t per = (items * S + G - 1) / G;  // the most units (items) a block's range holds
+        if (per * runs > static_cast<int64_t>(kSlotTiles) * kMaxK) break;
+        best = static_cast<int>(S);
+        if (items * S >= 32LL * G) break;
+    }
+    return best;
+}
+
+struct Plan {
+    int G = 0, SA = 0, SB = 0;
+    size_t smem = 0, partial_bytes = 0;
+    int counters = 0;
+};
+
+Plan plan(int64_t D, int64_t I) {
+    Plan p;
+    p.G = sm_count();
+    if (p.G < 1 || D % 128 != 0 || I % 128 != 0) return p;
+    p.SA = segments(I / 16, D / 128, 2, p.G);
+    p.SB = segments(D / 16, I / 128, 1, p.G);
+    p.smem = sizeof(Smem) + static_cast<size_t>((std::max(D, I) + 63) / 64 * 64) * 2;
+    p.partial_bytes = static_cast<size_t>(p.SA * (I / 16) * 32 + p.SB * (D / 16) * 16) * sizeof(float);
+    p.counters = static_cast<int>(I / 16 + D / 16 + 2);
+    return p;
+}
+
 }  // namespace
 
-void mlp_fp8_workspace_need(size_t* partial_bytes, int* n_counters) {
-    const int G = sm_count();
-    *partial_bytes = static_cast<size_t>(G) * 2 * (32 + 16) * sizeof(float);
-    *n_counters = 2 * G + 2;
+void mlp_fp8_workspace_need(int64_t D, int64_t I, size_t* partial_bytes, int* n_counters) {
+    const Plan p = plan(D, I);
+    *partial_bytes = p.partial_bytes;
+    *n_counters = p.counters;
 }
 
 bool mlp_fp8_ok(const Fp8Dev& gate_up, const Fp8Dev& down) {
     const int64_t D = gate_up.K, I = down.K;
     if (!device_is_hopper() || gate_up.N != 2 * I || down.N != D || D % 128 != 0 || I % 128 != 0) return false;
-    // 128-channel scale groups (a unit is one group) and 16-row tiles inside one scale row.
+    // 128-channel scale groups (two chunks) and 16-row tiles inside one scale row.
     if (gate_up.bk != 128 || down.bk != 128 || gate_up.bn % 16 != 0 || down.bn % 16 != 0) return false;
     if (gate_up.SG != D / 128 || down.SG != I / 128) return false;
-    const Plan p = plan(D, I, kMaxWarps);
-    return p.G >= 1 && p.smem <= max_smem();
+    const Plan p = plan(D, I);
+    return p.G >= 1 && p.SA > 0 && p.SB > 0 && p.smem <= max_smem();
 }
 
 void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
              const QmmWorkspace& ws, cudaStream_t s) {
-    mlp_fp8_variant(gate_up, down, x, h, y, ws, s, kMlpWarps, true);
+    mlp_fp8_variant(gate_up, down, x, h, y, ws, s, true);
 }
 
 void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
-                     const QmmWorkspace& ws, cudaStream_t s, int warps, bool math) {
+                     const QmmWorkspace& ws, cudaStream_t s, bool math) {
     if (!mlp_fp8_ok(gate_up, down)) throw Error("cuda mlp_fp8: weights this kernel does not take (mlp_fp8_ok)");
-    if (warps != 8 && warps != 16) throw Error("cuda mlp_fp8: 8 or 16 consumer warps");
     const int64_t D = gate_up.K, I = down.K;
     if (x.dtype != DType::BF16 || h.dtype != DType::BF16 || y.dtype != DType::BF16 || x.numel() != D ||
         y.numel() != D || h.numel() != I)
         throw Error("cuda mlp_fp8: x [1, D], h [1, I] and y [1, D] must be BF16 (D " + std::to_string(D) +
                     ", I " + std::to_string(I) + ")");
-    size_t pb = 0;
-    int nc = 0;
-    mlp_fp8_workspace_need(&pb, &nc);
-    if (!ws.partials || !ws.counters || ws.partial_bytes < pb || ws.n_counters < nc)
+    const Plan p = plan(D, I);
+    if (!ws.partials || !ws.counters || ws.partial_bytes < p.partial_bytes || ws.n_counters < p.counters)
         throw Error("cuda mlp_fp8: workspace too small (reserve mlp_fp8_workspace_need)");
-    const Plan p = plan(D, I, warps);
     MlpArgs a{};
-    a.gu = gate_up.words, a.gus = gate_up.scales, a.dn = down.words, a.dns = down.scales;
+    auto* cnt = reinterpret_cast<unsigned*>(ws.counters);
+    StageArgs& A = a.st[0];
+    A.words = gate_up.words, A.scales = gate_up.scales;
+    A.NT = static_cast<int>(gate_up.NT), A.KC = static_cast<int>(gate_up.KC);
+    A.bn = static_cast<int>(gate_up.bn), A.SG = static_cast<int>(gate_up.SG);
+    A.items = static_cast<int>(I / 16), A.runs = 2, A.run_off = static_cast<int>(I / 16);
+    A.segs = p.SA, A.gps = static_cast<int>(D / 128 / p.SA);
+    A.part = ws.partials, A.cnt = cnt;
+    StageArgs& B = a.st[1];
+    B.words = down.words, B.scales = down.scales;
+    B.NT = static_cast<int>(down.NT), B.KC = static_cast<int>(down.KC);
+    B.bn = static_cast<int>(down.bn), B.SG = static_cast<int>(down.SG);
+    B.items = static_cast<int>(D / 16), B.runs = 1, B.run_off = 0;
+    B.segs = p.SB, B.gps = static_cast<int>(I / 128 / p.SB);
+    B.part = ws.partials + static_cast<size_t>(p.SA) * (I / 16) * 32, B.cnt = cnt + I / 16;
+    a.bar = cnt + I / 16 + D / 16;
     a.x = static_cast<const __nv_bfloat16*>(x.data);
     a.h = static_cast<__nv_bfloat16*>(h.data), a.y = static_cast<__nv_bfloat16*>(y.data);
-    a.part = ws.partials, a.cnt = reinterpret_cast<unsigned*>(ws.counters);
-    a.D = static_cast<int>(D), a.I = static_cast<int>(I);
-    a.bna = static_cast<int>(gate_up.bn), a.SGa = static_cast<int>(gate_up.SG);
-    a.bnb = static_cast<int>(down.bn), a.SGb = static_cast<int>(down.SG);
-    a.G = p.G, a.red_items = p.red_items;
-    auto launch = [&](auto kernel, int w) {
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(max_smem()));
-        launch_pdl(kernel, dim3(static_cast<unsigned>(p.G)), dim3(static_cast<unsigned>((w + 1) * 32)), p.smem, s, a);
+    a.D = static_cast<int>(D), a.I = static_cast<int>(I), a.G = p.G;
+    auto launch = [&](auto kernel) {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem));
+        launch_pdl(kernel, dim3(static_cast<unsigned>(p.G)), dim3(kThreads), p.smem, s, a);
     };
-    if (warps == 16)
-        math ? launch(mlp_fp8_kernel<16, true>, 16) : launch(mlp_fp8_kernel<16, false>, 16);
-    else
-        math ? launch(mlp_fp8_kernel<8, true>, 8) : launch(mlp_fp8_kernel<8, false>, 8);
+    math ? launch(mlp_fp8_kernel<true>) : launch(mlp_fp8_kernel<false>);
     check_launch("mlp_fp8");
 }
 

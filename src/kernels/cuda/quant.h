@@ -105,14 +105,14 @@ void qmm_fp8(const Fp8Dev& w,
 // down [D, I], both 128-channel scale groups (FP8 block-scaled); h [1, I] BF16 receives silu(g) * u (g, u and h
 // rounded to BF16 as forward_glu's parts and silu_mul would). One block per SM streams both weights through a
 // shared-memory ring across the grid barrier between the projections. Deterministic; the workspace is the qmm
-// kernels' (mlp_fp8_workspace_need more), its counters left at zero.
+// kernels' (reserve mlp_fp8_workspace_need(D, I) too), its counters left at zero.
 bool mlp_fp8_ok(const Fp8Dev& gate_up, const Fp8Dev& down);
-void mlp_fp8_workspace_need(size_t* partial_bytes, int* n_counters);
+void mlp_fp8_workspace_need(int64_t D, int64_t I, size_t* partial_bytes, int* n_counters);
 void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
              const QmmWorkspace& ws, cudaStream_t s);
-// Benchmark variants: 8 or 16 consumer warps; math false takes the tiles without computing (h, y meaningless).
+// A benchmark variant: math false takes the tiles without computing (h, y meaningless): the streaming floor.
 void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
-                     const QmmWorkspace& ws, cudaStream_t s, int warps, bool math);
+                     const QmmWorkspace& ws, cudaStream_t s, bool math);
 
 // out [N, K] BF16 or F32 = the dequantized weight in the checkpoint's channel order.
 void dequant_int4(const Int4Dev& w, void* out, DType out_dtype, cudaStream_t s);
