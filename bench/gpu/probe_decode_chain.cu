@@ -617,7 +617,9 @@ struct Probe {
 // BF16 activations): add_rmsnorm, the stacked gate | up (INT4: glu parts, h straight from the kernel; FP8 one
 // row keeps two parts and silu_mul, as qmm_glu_ok says), down. Mean ms a layer.
 // fused (FP8) > 0: gate | up, silu_mul and down as the one persistent launch of cuda::mlp_fp8 (what the decode
-// step runs for one row since session 29): 1 as the library launches it, 2 without its math (its loads' floor).
+// step runs for one row since session 29): 1 as the library launches it, 2 without its math (its loads' floor),
+// 3 / 4 / 5 with K in 4 / 8 / 17 segments for down (the default picks its own), 6 with 8 for gate | up too.
+// With fused, one more traced launch prints where a block's time goes (mlp_fp8.cu's marks).
 template <bool FP8>
 double library_chain_ms(int L, int fused = 0) {
     std::vector<void*> bufs;
@@ -638,7 +640,7 @@ double library_chain_ms(int L, int fused = 0) {
     size_t pb3 = 0;
     int nc3 = 0;
     gc::mlp_fp8_workspace_need(kD, kI, &pb3, &nc3);
-    ws.partial_bytes = std::max({pb1, pb2, pb3}), ws.n_counters = std::max({nc1, nc2, nc3});
+    ws.partial_bytes = std::max({pb1, pb2, pb3, size_t{4} << 20}), ws.n_counters = std::max({nc1, nc2, nc3});
     ws.partials = static_cast<float*>(alloc(ws.partial_bytes));
     ws.counters = static_cast<int*>(alloc(static_cast<size_t>(ws.n_counters) * 4));
     check(cudaMemset(ws.counters, 0, static_cast<size_t>(ws.n_counters) * 4), "counters");
@@ -672,7 +674,9 @@ double library_chain_ms(int L, int fused = 0) {
                     return;
                 }
                 if (fused > 1) {
-                    gc::mlp_fp8_variant(gu.f8[l], dn.f8[l], txn, th, ty, ws, s, false);
+                    const int sb[7] = {0, 0, 0, 4, 8, 17, 8};
+                    gc::mlp_fp8_variant(gu.f8[l], dn.f8[l], txn, th, ty, ws, s, fused != 2, fused == 6 ? 8 : 0,
+                                        sb[fused]);
                     return;
                 }
                 gc::qmm_fp8(gu.f8[l], txn, tgu, ws, s);
@@ -689,6 +693,35 @@ double library_chain_ms(int L, int fused = 0) {
             }
         },
         2 * L);
+    if constexpr (FP8) {
+        if (fused == 1) {  // one traced launch after the timed ones: per mark, mean and max over blocks (us)
+            int sms = 0;
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+            constexpr int P = 8;
+            auto* tr = static_cast<unsigned long long*>(alloc(static_cast<size_t>(sms) * P * 8));
+            check(cudaMemset(tr, 0, static_cast<size_t>(sms) * P * 8), "trace");
+            cudaStream_t ts = nullptr;
+            check(cudaStreamCreate(&ts), "stream");
+            gc::add_rmsnorm(tres, ty, twn, kEps, grimoire::NormKind::PLAIN, txn, ts, false);
+            gc::mlp_fp8_variant(gu.f8[0], dn.f8[0], txn, th, ty, ws, ts, true, 0, 0, tr);
+            check(cudaStreamSynchronize(ts), "traced launch");
+            cudaStreamDestroy(ts);
+            std::vector<unsigned long long> h(static_cast<size_t>(sms) * P);
+            check(cudaMemcpy(h.data(), tr, h.size() * 8, cudaMemcpyDeviceToHost), "trace");
+            unsigned long long t0 = ~0ull;
+            for (int b = 0; b < sms; ++b) t0 = std::min(t0, h[static_cast<size_t>(b) * P]);
+            const char* names[P] = {"start", "x staged", "A tiles", "A stored", "barrier", "h staged", "B tiles",
+                                    "B stored"};
+            for (int i = 0; i < P; ++i) {
+                double mean = 0, mx = 0;
+                for (int b = 0; b < sms; ++b) {
+                    const double v = static_cast<double>(h[static_cast<size_t>(b) * P + i] - t0) * 1e-3;
+                    mean += v / sms, mx = std::max(mx, v);
+                }
+                std::printf("fp8 fused trace %-9s mean %7.2f us  max %7.2f us\n", names[i], mean, mx);
+            }
+        }
+    }
     for (void* p : bufs) cudaFree(p);
     return ms;
 }
@@ -864,6 +897,10 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
     if constexpr (FP8) {
         const double t_fused = record("library_fused", library_chain_ms<FP8>(L, 1));
         record("library_fused_loads", library_chain_ms<FP8>(L, 2));
+        record("library_fused_down4", library_chain_ms<FP8>(L, 3));
+        record("library_fused_down8", library_chain_ms<FP8>(L, 4));
+        record("library_fused_down17", library_chain_ms<FP8>(L, 5));
+        record("library_fused_8_8", library_chain_ms<FP8>(L, 6));
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_library", t_fused / t_lib);
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_persist", t_fused / t[0][0]);
     }

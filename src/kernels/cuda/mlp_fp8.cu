@@ -50,7 +50,10 @@ constexpr int kSlotTiles = 16;                 // a ring slot: 16 positions, one
 constexpr int kSlotBytes = kSlotTiles * kTileBytes;
 constexpr int kSlots = 8;
 constexpr int kMaxK = 6;                       // slots a chunk of a rectangle (positions <= 96)
+constexpr int kMlpTracePoints = 8;
 constexpr uint64_t kTimeoutNs = 4000000000ull; // a grid wait this long is a bug: trap, don't hang the card
+// mlp_fp8_variant's trace points: consumers start, x staged, stage A's tiles done, its items stored, past the
+// grid barrier, h staged, stage B's tiles done, its items stored.
 
 // One stage's weight and work: `runs` parts of `items` n-tiles each (part r's n-tile of item i: i + r * run_off),
 // K in `segs` segments of `gps` scale groups (2 chunks each).
@@ -69,6 +72,7 @@ struct MlpArgs {
     __nv_bfloat16* h;        // [I]
     __nv_bfloat16* y;        // [D]
     unsigned* bar;           // [2] the grid barrier's counters, left at zero
+    unsigned long long* trace;  // benchmark only: [G][kTracePoints] globaltimer, or null
     int D, I;
     int G;  // grid blocks
 };
@@ -176,8 +180,9 @@ __device__ void produce(const StageArgs& s, int u0, int u1, Smem& sm, int& it) {
 
 // Consumers: the block's rectangles of the stage; each (segment, item) partial to the workspace, the items
 // whose last segment this block brings stored through `store(item, row, sums of the parts)`.
-template <bool MATH, class Store>
-__device__ void consume(const StageArgs& s, int u0, int u1, Smem& sm, const uint4* xs4, int& it, Store store) {
+template <bool MATH, class Mark, class Store>
+__device__ void consume(const StageArgs& s, int u0, int u1, Smem& sm, const uint4* xs4, int& it, Mark mark, int mk,
+                        Store store) {
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int ct = static_cast<int>(threadIdx.x), t = lane & 3, g = lane >> 2;
     for (int u = u0; u < u1;) {
@@ -230,6 +235,7 @@ __device__ void consume(const StageArgs& s, int u0, int u1, Smem& sm, const uint
                         acc[k][0] = fmaf(cur[k][0], sc[k], acc[k][0]), acc[k][1] = fmaf(cur[k][2], sc[k], acc[k][1]);
             }
         }
+        mark(mk);
         // This warp's positions: partial sums of rows g, g + 8 (every column of C holds the one token).
         const int width = s.runs * 16;
         if (t == 0) {
@@ -254,16 +260,24 @@ __device__ void consume(const StageArgs& s, int u0, int u1, Smem& sm, const uint
         for (int i = ct; i < r.n * 16; i += kWarps * 32) {
             const int li = i >> 4, row = i & 15;
             if (!sm.last[li]) continue;
+            // The segments' partials in order, eight loads in flight at a time (this is the stage's tail).
             float sum[2] = {0.0f, 0.0f};
-            for (int sg = 0; sg < s.segs; ++sg) {
-                const float* d = s.part + (static_cast<int64_t>(sg) * s.items + r.i0 + li) * width;
+            const float* d = s.part + (static_cast<int64_t>(r.i0) + li) * width + row;
+            const int64_t seg_stride = static_cast<int64_t>(s.items) * width;
+            for (int q = 0; q < s.runs; ++q) {
+                for (int sg = 0; sg < s.segs; sg += 8) {
+                    float v[8];
 #pragma unroll
-                for (int q = 0; q < 2; ++q)
-                    if (q < s.runs) sum[q] += __ldcg(d + q * 16 + row);
+                    for (int j = 0; j < 8; ++j) v[j] = sg + j < s.segs ? __ldcg(d + (sg + j) * seg_stride + q * 16) : 0.0f;
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)
+                        if (sg + j < s.segs) sum[q] += v[j];
+                }
             }
             store(r.i0 + li, row, sum);
         }
         consumers_sync();
+        mark(mk + 1);
     }
 }
 #endif
@@ -300,19 +314,25 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     }
 
     const int ct = static_cast<int>(threadIdx.x);
+    auto mark = [&](int i) {
+        if (a.trace && ct == 0) a.trace[b * kMlpTracePoints + i] = now_ns();
+    };
+    mark(0);
     // x (the previous kernel's output) and the workspace only once the previous grid has completed.
     asm volatile("griddepcontrol.wait;" ::: "memory");
     for (int i = ct; i < pad / 8; i += kWarps * 32)
         xs4[i] = i * 8 < a.D ? __ldcg(reinterpret_cast<const uint4*>(a.x) + i) : make_uint4(0u, 0u, 0u, 0u);
     consumers_sync();
+    mark(1);
 
     // ---- stage A: gate | up -> h ----
-    consume<MATH>(A, a0, a1, sm, xs4, it, [&](int item, int row, const float (&sum)[2]) {
+    consume<MATH>(A, a0, a1, sm, xs4, it, mark, 2, [&](int item, int row, const float (&sum)[2]) {
         const float gq = __bfloat162float(__float2bfloat16(sum[0])), uq = __bfloat162float(__float2bfloat16(sum[1]));
         a.h[item * 16 + row] = __float2bfloat16(gq * sigmoidf_(gq) * uq);
     });
     if (ct == 0) grid_barrier(a.bar, a.bar + 1, static_cast<unsigned>(G));
     consumers_sync();
+    mark(4);
     // Every block is past stage A: the next kernel may launch (it still waits for this grid to complete).
     asm volatile("griddepcontrol.launch_dependents;");
 
@@ -320,7 +340,8 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     for (int i = ct; i < pad / 8; i += kWarps * 32)
         xs4[i] = i * 8 < a.I ? __ldcg(reinterpret_cast<const uint4*>(a.h) + i) : make_uint4(0u, 0u, 0u, 0u);
     consumers_sync();
-    consume<MATH>(B, b0, b1, sm, xs4, it, [&](int item, int row, const float (&sum)[2]) {
+    mark(5);
+    consume<MATH>(B, b0, b1, sm, xs4, it, mark, 6, [&](int item, int row, const float (&sum)[2]) {
         a.y[item * 16 + row] = __float2bfloat16(sum[0]);
     });
 #else
@@ -348,16 +369,18 @@ size_t max_smem() {
     return n;
 }
 
-// A stage's segment count: the fewest (a divisor of the groups an item) that give every block >= 32 units,
-// as long as a rectangle's positions fit the warps' registers (<= 16 kMaxK); 0 where none does.
+// A stage's segment count: the divisor of the groups an item, at most 8 (the last block to arrive sums that
+// many partials), whose ranges are the most even (the largest over the mean, ties to fewer segments), as long as
+// a rectangle's positions fit the warps' registers (<= 16 kMaxK); 0 where none does.
 int segments(int64_t items, int64_t gpi, int runs, int G) {
     int best = 0;
-    for (int64_t S = 1; S <= gpi; ++S) {
+    double best_score = 1e30;
+    for (int64_t S = 1; S <= std::min<int64_t>(gpi, 8); ++S) {
         if (gpi % S != 0) continue;
-        const int64_t per = (items * S + G - 1) / G;  // the most units (items) a block's range holds
+        const int64_t W = items * S, per = (W + G - 1) / G;  // the most units (items) a block's range holds
         if (per * runs > static_cast<int64_t>(kSlotTiles) * kMaxK) break;
-        best = static_cast<int>(S);
-        if (items * S >= 32LL * G) break;
+        const double score = static_cast<double>(per) * G / static_cast<double>(W);
+        if (score < best_score - 0.005) best = static_cast<int>(S), best_score = score;
     }
     return best;
 }
@@ -404,14 +427,18 @@ void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor&
 }
 
 void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
-                     const QmmWorkspace& ws, cudaStream_t s, bool math) {
+                     const QmmWorkspace& ws, cudaStream_t s, bool math, int segs_a, int segs_b,
+                     unsigned long long* trace) {
     if (!mlp_fp8_ok(gate_up, down)) throw Error("cuda mlp_fp8: weights this kernel does not take (mlp_fp8_ok)");
     const int64_t D = gate_up.K, I = down.K;
     if (x.dtype != DType::BF16 || h.dtype != DType::BF16 || y.dtype != DType::BF16 || x.numel() != D ||
         y.numel() != D || h.numel() != I)
         throw Error("cuda mlp_fp8: x [1, D], h [1, I] and y [1, D] must be BF16 (D " + std::to_string(D) +
                     ", I " + std::to_string(I) + ")");
-    const Plan p = plan(D, I);
+    Plan p = plan(D, I);
+    if (segs_a > 0 && (D / 128) % segs_a == 0) p.SA = segs_a;
+    if (segs_b > 0 && (I / 128) % segs_b == 0) p.SB = segs_b;
+    p.partial_bytes = static_cast<size_t>(p.SA * (I / 16) * 32 + p.SB * (D / 16) * 16) * sizeof(float);
     if (!ws.partials || !ws.counters || ws.partial_bytes < p.partial_bytes || ws.n_counters < p.counters)
         throw Error("cuda mlp_fp8: workspace too small (reserve mlp_fp8_workspace_need)");
     MlpArgs a{};
@@ -433,7 +460,7 @@ void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x,
     a.bar = cnt + I / 16 + D / 16;
     a.x = static_cast<const __nv_bfloat16*>(x.data);
     a.h = static_cast<__nv_bfloat16*>(h.data), a.y = static_cast<__nv_bfloat16*>(y.data);
-    a.D = static_cast<int>(D), a.I = static_cast<int>(I), a.G = p.G;
+    a.D = static_cast<int>(D), a.I = static_cast<int>(I), a.G = p.G, a.trace = trace;
     auto launch = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem));
         launch_pdl(kernel, dim3(static_cast<unsigned>(p.G)), dim3(kThreads), p.smem, s, a);

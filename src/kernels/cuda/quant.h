@@ -110,9 +110,12 @@ bool mlp_fp8_ok(const Fp8Dev& gate_up, const Fp8Dev& down);
 void mlp_fp8_workspace_need(int64_t D, int64_t I, size_t* partial_bytes, int* n_counters);
 void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
              const QmmWorkspace& ws, cudaStream_t s);
-// A benchmark variant: math false takes the tiles without computing (h, y meaningless): the streaming floor.
+// Benchmark variants: math false takes the tiles without computing (h, y meaningless: the streaming floor);
+// segs_a / segs_b > 0 force the stages' K segments (the workspace must hold their partials); trace non-null
+// receives [grid][8] globaltimer marks (mlp_fp8.cu).
 void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
-                     const QmmWorkspace& ws, cudaStream_t s, bool math);
+                     const QmmWorkspace& ws, cudaStream_t s, bool math, int segs_a = 0, int segs_b = 0,
+                     unsigned long long* trace = nullptr);
 
 // out [N, K] BF16 or F32 = the dequantized weight in the checkpoint's channel order.
 void dequant_int4(const Int4Dev& w, void* out, DType out_dtype, cudaStream_t s);
