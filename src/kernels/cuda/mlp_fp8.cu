@@ -114,7 +114,26 @@ using qmm::bulk_load;
 using qmm::mbar_arrive;
 using qmm::mbar_arrive_tx;
 using qmm::mbar_init;
-using qmm::mbar_wait;
+using qmm::smem_addr;
+// quant_mma_tma.cuh's wait, bounded: a producer and consumers that disagreed on the slots would otherwise hang
+// the card; a trap names the failure (the launch reports it).
+__device__ __forceinline__ bool mbar_ready(uint64_t* b, unsigned parity) {
+    uint32_t ok;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(ok)
+        : "r"(smem_addr(b)), "r"(parity)
+        : "memory");
+    return ok != 0;
+}
+__device__ __noinline__ void mbar_wait_slow(uint64_t* b, unsigned parity) {
+    const uint64_t t0 = now_ns();
+    while (!mbar_ready(b, parity))
+        if (now_ns() - t0 > kTimeoutNs) __trap();
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned parity) {
+    if (!mbar_ready(b, parity)) mbar_wait_slow(b, parity);
+}
 #endif
 
 // The block's next rectangle of a stage: segment `seg`, items [i0, i0 + n), from unit u (advanced past it).
@@ -379,6 +398,15 @@ int segments(int64_t items, int64_t gpi, int runs, int G) {
         if (gpi % S != 0) continue;
         const int64_t W = items * S, per = (W + G - 1) / G;  // the most units (items) a block's range holds
         if (per * runs > static_cast<int64_t>(kSlotTiles) * kMaxK) break;
+        // At least one full slot a chunk where the shapes allow (a ring of small slots streams too little).
+        if (per * runs < kSlotTiles && (items * gpi + G - 1) / G * runs >= kSlotTiles && S < gpi) {
+            bool later = false;  // a larger divisor reaches a full slot within the position limit
+            for (int64_t S2 = S + 1; S2 <= std::min<int64_t>(gpi, 8); ++S2) {
+                const int64_t per2 = (items * S2 + G - 1) / G * runs;
+                if (gpi % S2 == 0 && per2 >= kSlotTiles && per2 <= static_cast<int64_t>(kSlotTiles) * kMaxK) later = true;
+            }
+            if (later) continue;
+        }
         const double score = static_cast<double>(per) * G / static_cast<double>(W);
         if (score < best_score - 0.005) best = static_cast<int>(S), best_score = score;
     }
@@ -436,8 +464,18 @@ void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x,
         throw Error("cuda mlp_fp8: x [1, D], h [1, I] and y [1, D] must be BF16 (D " + std::to_string(D) +
                     ", I " + std::to_string(I) + ")");
     Plan p = plan(D, I);
-    if (segs_a > 0 && (D / 128) % segs_a == 0) p.SA = segs_a;
-    if (segs_b > 0 && (I / 128) % segs_b == 0) p.SB = segs_b;
+    // Forced segments must divide the groups and keep a block's positions within the warps' registers.
+    auto fits = [&](int64_t items, int64_t gpi, int runs, int S) {
+        return gpi % S == 0 && (items * S + p.G - 1) / p.G * runs <= static_cast<int64_t>(kSlotTiles) * kMaxK;
+    };
+    if (segs_a > 0) {
+        if (!fits(I / 16, D / 128, 2, segs_a)) throw Error("cuda mlp_fp8: segs_a does not fit");
+        p.SA = segs_a;
+    }
+    if (segs_b > 0) {
+        if (!fits(D / 16, I / 128, 1, segs_b)) throw Error("cuda mlp_fp8: segs_b does not fit");
+        p.SB = segs_b;
+    }
     p.partial_bytes = static_cast<size_t>(p.SA * (I / 16) * 32 + p.SB * (D / 16) * 16) * sizeof(float);
     if (!ws.partials || !ws.counters || ws.partial_bytes < p.partial_bytes || ws.n_counters < p.counters)
         throw Error("cuda mlp_fp8: workspace too small (reserve mlp_fp8_workspace_need)");
