@@ -48,7 +48,7 @@ constexpr int kThreads = (kWarps + 1) * 32;
 constexpr int kTileBytes = 1024;               // an FP8 chunk tile: 16 rows x 64 channels
 constexpr int kSlotTiles = 16;                 // a ring slot: 16 positions, one a consumer warp
 constexpr int kSlotBytes = kSlotTiles * kTileBytes;
-constexpr int kSlots = 8;
+constexpr int kMaxSlots = 12;                  // ring slots as shared memory allows (MlpArgs::nslots)
 constexpr int kMaxK = 6;                       // slots a chunk of a rectangle (positions <= 96)
 constexpr int kMlpTracePoints = 8;
 constexpr uint64_t kTimeoutNs = 4000000000ull; // a grid wait this long is a bug: trap, don't hang the card
@@ -74,7 +74,8 @@ struct MlpArgs {
     unsigned* bar;           // [2] the grid barrier's counters, left at zero
     unsigned long long* trace;  // benchmark only: [G][kTracePoints] globaltimer, or null
     int D, I;
-    int G;  // grid blocks
+    int G;       // grid blocks
+    int nslots;  // ring slots (<= kMaxSlots)
 };
 
 __device__ __forceinline__ int range_at(int b, int W, int G) {
@@ -98,8 +99,7 @@ __device__ __forceinline__ void consumers_sync() {
 // Every block's consumers meet here (thread 0 of each). The counters end at zero: the last block to leave
 // resets both, which no other block can still be reading (each has left: it saw `arrive` at G).
 __device__ void grid_barrier(unsigned* arrive, unsigned* depart, unsigned G) {
-    __threadfence();
-    atomicAdd(arrive, 1u);
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(arrive) : "memory");
     const uint64_t t0 = now_ns();
     while (ld_acquire(arrive) < G)
         if (now_ns() - t0 > kTimeoutNs) __trap();
@@ -151,12 +151,17 @@ struct Rect {
     __device__ int ntile(const StageArgs& s, int p) const { return i0 + p % n + (p / n) * s.run_off; }
 };
 
+// Shared memory: this header, then x (later h: BF16, max(D, I) padded to 64 channels), then the ring
+// (nslots x kSlotBytes), both at 128-byte offsets (smem_layout).
 struct Smem {
-    alignas(128) uint8_t ring[kSlots][kSlotBytes];
-    uint64_t full[kSlots], empty[kSlots];
-    int last[kSlotTiles * kMaxK];  // the rectangle's items this block completes
-    // then: x, later h (BF16, max(D, I) padded to 64)
+    uint64_t full[kMaxSlots], empty[kMaxSlots];
+    int last[2 * kSlotTiles * kMaxK];  // the stage's items whose last segment this block brings
 };
+__host__ __device__ constexpr size_t align128(size_t n) { return (n + 127) / 128 * 128; }
+__host__ __device__ inline size_t xs_offset() { return align128(sizeof(Smem)); }
+__host__ __device__ inline size_t ring_offset(int D, int I) {
+    return xs_offset() + align128(static_cast<size_t>((max(D, I) + 63) / 64 * 64) * 2);
+}
 
 // The A fragment's four k-tiles of one chunk tile against the chunk of x (lane t's 16 channels), into c.
 __device__ __forceinline__ void chunk_mma(float (&c)[4], const uint4 (&w)[2], uint4 xa, uint4 xb, bool first) {
@@ -175,19 +180,19 @@ __device__ __forceinline__ void chunk_mma(float (&c)[4], const uint4 (&w)[2], ui
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // Producer: the slots of every rectangle of the stage, chunk by chunk, 16 positions a slot (one or two
 // contiguous runs of tiles).
-__device__ void produce(const StageArgs& s, int u0, int u1, Smem& sm, int& it) {
+__device__ void produce(const StageArgs& s, int u0, int u1, Smem& sm, uint8_t* ring, int nslots, int& it) {
     for (int u = u0; u < u1;) {
         const Rect r(s, u, u1);
         const int np = r.npos(s), nsl = (np + kSlotTiles - 1) / kSlotTiles;
         for (int c = r.c0(s); c < r.c1(s); ++c) {
             for (int k = 0; k < nsl; ++k, ++it) {
-                const int slot = it % kSlots, use = it / kSlots;
+                const int slot = it % nslots, use = it / nslots;
                 if (use > 0) mbar_wait(&sm.empty[slot], (use - 1) & 1);
                 const int p0 = k * kSlotTiles, p1 = min(np, p0 + kSlotTiles);
                 mbar_arrive_tx(&sm.full[slot], static_cast<unsigned>((p1 - p0) * kTileBytes));
                 for (int p = p0; p < p1;) {  // runs of consecutive n-tiles: up to the end of a part
                     const int q = min(p1, (p / r.n + 1) * r.n);
-                    bulk_load(sm.ring[slot] + (p - p0) * kTileBytes,
+                    bulk_load(ring + slot * kSlotBytes + (p - p0) * kTileBytes,
                               s.words + tile_index(r.ntile(s, p), c, s.NT, s.KC) * (kTileBytes / 4),
                               static_cast<unsigned>((q - p) * kTileBytes), &sm.full[slot]);
                     p = q;
@@ -200,12 +205,15 @@ __device__ void produce(const StageArgs& s, int u0, int u1, Smem& sm, int& it) {
 // Consumers: the block's rectangles of the stage; each (segment, item) partial to the workspace, the items
 // whose last segment this block brings stored through `store(item, row, sums of the parts)`.
 template <bool MATH, class Mark, class Store>
-__device__ void consume(const StageArgs& s, int u0, int u1, Smem& sm, const uint4* xs4, int& it, Mark mark, int mk,
-                        Store store) {
+__device__ void consume(const StageArgs& s, int u0, int u1, Smem& sm, const uint8_t* ring, int nslots,
+                        const uint4* xs4, int& it, Mark mark, int mk, Store store) {
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int ct = static_cast<int>(threadIdx.x), t = lane & 3, g = lane >> 2;
+    const int width = s.runs * 16;
+    int nr = 0, rseg[2] = {0, 0}, ri0[2] = {0, 0}, rn[2] = {0, 0};  // the block's rectangles (at most two)
     for (int u = u0; u < u1;) {
         const Rect r(s, u, u1);
+        rseg[nr] = r.seg, ri0[nr] = r.i0, rn[nr] = r.n, ++nr;
         const int np = r.npos(s), nsl = (np + kSlotTiles - 1) / kSlotTiles;
         float cur[kMaxK][4], acc[kMaxK][2], sc[kMaxK];
         int row0[kMaxK];  // the scale row of each of this warp's positions
@@ -227,12 +235,12 @@ __device__ void consume(const StageArgs& s, int u0, int u1, Smem& sm, const uint
 #pragma unroll
             for (int k = 0; k < kMaxK; ++k) {
                 if (k >= nsl) break;
-                const int slot = it % kSlots;
+                const int slot = it % nslots;
                 // Every warp waits for every slot's data, its tile there or not: a warp that arrived on `empty`
                 // before the slot's copy had landed could otherwise take that phase for the next one's.
-                mbar_wait(&sm.full[slot], (it / kSlots) & 1);
+                mbar_wait(&sm.full[slot], (it / nslots) & 1);
                 if (k * kSlotTiles + warp < np) {
-                    const uint4* t4 = reinterpret_cast<const uint4*>(sm.ring[slot] + warp * kTileBytes);
+                    const uint4* t4 = reinterpret_cast<const uint4*>(ring + slot * kSlotBytes + warp * kTileBytes);
                     const uint4 w[2] = {t4[2 * lane], t4[2 * lane + 1]};
                     __syncwarp();
                     if (lane == 0) mbar_arrive(&sm.empty[slot]);
@@ -254,9 +262,8 @@ __device__ void consume(const StageArgs& s, int u0, int u1, Smem& sm, const uint
                         acc[k][0] = fmaf(cur[k][0], sc[k], acc[k][0]), acc[k][1] = fmaf(cur[k][2], sc[k], acc[k][1]);
             }
         }
-        mark(mk);
-        // This warp's positions: partial sums of rows g, g + 8 (every column of C holds the one token).
-        const int width = s.runs * 16;
+        // This warp's positions: partial sums of rows g, g + 8 (every column of C holds the one token), stored
+        // as they are; the counters wait for the end of the stage (one round for both rectangles).
         if (t == 0) {
 #pragma unroll
             for (int k = 0; k < kMaxK; ++k) {
@@ -267,37 +274,44 @@ __device__ void consume(const StageArgs& s, int u0, int u1, Smem& sm, const uint
                 }
             }
         }
-        consumers_sync();
-        if (ct < r.n) {
-            __threadfence();
-            const bool last = atomicAdd(s.cnt + r.i0 + ct, 1u) == static_cast<unsigned>(s.segs - 1);
-            if (last) atomicExch(s.cnt + r.i0 + ct, 0u);
-            __threadfence();
-            sm.last[ct] = last;
-        }
-        consumers_sync();
-        for (int i = ct; i < r.n * 16; i += kWarps * 32) {
-            const int li = i >> 4, row = i & 15;
-            if (!sm.last[li]) continue;
-            // The segments' partials in order, eight loads in flight at a time (this is the stage's tail).
-            float sum[2] = {0.0f, 0.0f};
-            const float* d = s.part + (static_cast<int64_t>(r.i0) + li) * width + row;
-            const int64_t seg_stride = static_cast<int64_t>(s.items) * width;
-            for (int q = 0; q < s.runs; ++q) {
-                for (int sg = 0; sg < s.segs; sg += 8) {
-                    float v[8];
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) v[j] = sg + j < s.segs ? __ldcg(d + (sg + j) * seg_stride + q * 16) : 0.0f;
-#pragma unroll
-                    for (int j = 0; j < 8; ++j)
-                        if (sg + j < s.segs) sum[q] += v[j];
-                }
-            }
-            store(r.i0 + li, row, sum);
-        }
-        consumers_sync();
-        mark(mk + 1);
     }
+    mark(mk);
+    consumers_sync();
+    // An item's segments arrive on its counter (acq_rel: this block's partial stores, ordered before by the
+    // barrier, are released with it; the last arrival acquires the others'); the last resets it for the next launch.
+    const int tot = rn[0] + rn[1];
+    auto item_of = [&](int i) { return i < rn[0] ? ri0[0] + i : ri0[1] + i - rn[0]; };
+    for (int i = ct; i < tot; i += kWarps * 32) {
+        unsigned* c = s.cnt + item_of(i);
+        unsigned old;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
+        const bool last = old == static_cast<unsigned>(s.segs - 1);
+        if (last) atomicExch(c, 0u);
+        sm.last[i] = last;
+    }
+    consumers_sync();
+    const int64_t seg_stride = static_cast<int64_t>(s.items) * width;
+    for (int i = ct; i < tot * 16; i += kWarps * 32) {
+        const int li = i >> 4, row = i & 15;
+        if (!sm.last[li]) continue;
+        // The segments' partials in order, eight loads in flight at a time (this is the stage's tail).
+        const int item = item_of(li);
+        float sum[2] = {0.0f, 0.0f};
+        const float* d = s.part + static_cast<int64_t>(item) * width + row;
+        for (int q = 0; q < s.runs; ++q) {
+            for (int sg = 0; sg < s.segs; sg += 8) {
+                float v[8];
+#pragma unroll
+                for (int j = 0; j < 8; ++j) v[j] = sg + j < s.segs ? __ldcg(d + (sg + j) * seg_stride + q * 16) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    if (sg + j < s.segs) sum[q] += v[j];
+            }
+        }
+        store(item, row, sum);
+    }
+    consumers_sync();
+    mark(mk + 1);
 }
 #endif
 
@@ -308,7 +322,8 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     extern __shared__ __align__(128) uint8_t smem_raw[];
     Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
     const int pad = (max(a.D, a.I) + 63) / 64 * 64;
-    uint4* xs4 = reinterpret_cast<uint4*>(smem_raw + sizeof(Smem));  // x, then h: [pad] BF16
+    uint4* xs4 = reinterpret_cast<uint4*>(smem_raw + xs_offset());  // x, then h: [pad] BF16
+    uint8_t* ring = smem_raw + ring_offset(a.D, a.I);
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int b = static_cast<int>(blockIdx.x), G = a.G;
     const StageArgs& A = a.st[0];
@@ -318,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     const int b0 = range_at(b, WB, G), b1 = range_at(b + 1, WB, G);
 
     if (threadIdx.x == 0) {
-        for (int i = 0; i < kSlots; ++i) mbar_init(&sm.full[i], 1), mbar_init(&sm.empty[i], kWarps);
+        for (int i = 0; i < a.nslots; ++i) mbar_init(&sm.full[i], 1), mbar_init(&sm.empty[i], kWarps);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -326,8 +341,8 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     int it = 0;
     if (warp == kWarps) {  // producer: both stages' slots in the consumers' order, never waiting on the grid
         if (lane == 0) {
-            produce(A, a0, a1, sm, it);
-            produce(B, b0, b1, sm, it);
+            produce(A, a0, a1, sm, ring, a.nslots, it);
+            produce(B, b0, b1, sm, ring, a.nslots, it);
         }
         return;
     }
@@ -345,7 +360,7 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     mark(1);
 
     // ---- stage A: gate | up -> h ----
-    consume<MATH>(A, a0, a1, sm, xs4, it, mark, 2, [&](int item, int row, const float (&sum)[2]) {
+    consume<MATH>(A, a0, a1, sm, ring, a.nslots, xs4, it, mark, 2, [&](int item, int row, const float (&sum)[2]) {
         const float gq = __bfloat162float(__float2bfloat16(sum[0])), uq = __bfloat162float(__float2bfloat16(sum[1]));
         a.h[item * 16 + row] = __float2bfloat16(gq * sigmoidf_(gq) * uq);
     });
@@ -360,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
         xs4[i] = i * 8 < a.I ? __ldcg(reinterpret_cast<const uint4*>(a.h) + i) : make_uint4(0u, 0u, 0u, 0u);
     consumers_sync();
     mark(5);
-    consume<MATH>(B, b0, b1, sm, xs4, it, mark, 6, [&](int item, int row, const float (&sum)[2]) {
+    consume<MATH>(B, b0, b1, sm, ring, a.nslots, xs4, it, mark, 6, [&](int item, int row, const float (&sum)[2]) {
         a.y[item * 16 + row] = __float2bfloat16(sum[0]);
     });
 #else
@@ -414,7 +429,7 @@ int segments(int64_t items, int64_t gpi, int runs, int G) {
 }
 
 struct Plan {
-    int G = 0, SA = 0, SB = 0;
+    int G = 0, SA = 0, SB = 0, nslots = 0;
     size_t smem = 0, partial_bytes = 0;
     int counters = 0;
 };
@@ -425,7 +440,12 @@ Plan plan(int64_t D, int64_t I) {
     if (p.G < 1 || D % 128 != 0 || I % 128 != 0) return p;
     p.SA = segments(I / 16, D / 128, 2, p.G);
     p.SB = segments(D / 16, I / 128, 1, p.G);
-    p.smem = sizeof(Smem) + static_cast<size_t>((std::max(D, I) + 63) / 64 * 64) * 2;
+    // As many ring slots as shared memory holds, up to kMaxSlots (the ring is most of the bytes in flight).
+    // (2 KB kept back: the kernel's own static shared memory and the system's reservation, which the opt-in limit
+    // may not cover on every driver.)
+    const size_t fixed = ring_offset(static_cast<int>(D), static_cast<int>(I)) + 2048;
+    p.nslots = max_smem() > fixed ? static_cast<int>(std::min<size_t>(kMaxSlots, (max_smem() - fixed) / kSlotBytes)) : 0;
+    p.smem = fixed + static_cast<size_t>(p.nslots) * kSlotBytes;
     p.partial_bytes = static_cast<size_t>(p.SA * (I / 16) * 32 + p.SB * (D / 16) * 16) * sizeof(float);
     p.counters = static_cast<int>(I / 16 + D / 16 + 2);
     return p;
@@ -446,7 +466,7 @@ bool mlp_fp8_ok(const Fp8Dev& gate_up, const Fp8Dev& down) {
     if (gate_up.bk != 128 || down.bk != 128 || gate_up.bn % 16 != 0 || down.bn % 16 != 0) return false;
     if (gate_up.SG != D / 128 || down.SG != I / 128) return false;
     const Plan p = plan(D, I);
-    return p.G >= 1 && p.SA > 0 && p.SB > 0 && p.smem <= max_smem();
+    return p.G >= 8 && p.SA > 0 && p.SB > 0 && p.nslots >= 4 && p.smem <= max_smem();
 }
 
 void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
@@ -498,7 +518,7 @@ void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x,
     a.bar = cnt + I / 16 + D / 16;
     a.x = static_cast<const __nv_bfloat16*>(x.data);
     a.h = static_cast<__nv_bfloat16*>(h.data), a.y = static_cast<__nv_bfloat16*>(y.data);
-    a.D = static_cast<int>(D), a.I = static_cast<int>(I), a.G = p.G, a.trace = trace;
+    a.D = static_cast<int>(D), a.I = static_cast<int>(I), a.G = p.G, a.trace = trace, a.nslots = p.nslots;
     auto launch = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem));
         launch_pdl(kernel, dim3(static_cast<unsigned>(p.G)), dim3(kThreads), p.smem, s, a);
