@@ -87,6 +87,8 @@ if want tests; then
     # FP8 prefill through the dequant pass + cuBLAS BF16 (GRIMOIRE_FP8_GEMM=0), where the default takes the W8A8
     # FP8 GEMM for 128 x 128-block weights.
     rerun dequant8 GRIMOIRE_FP8_GEMM=0 -- test_cuda_quant test_cuda_quant_stack test_cuda_model
+    # The one-row FP8 MLP block in one launch is an opt-in (GRIMOIRE_MLP_FUSED=1): its Linear-level test with it on.
+    rerun mlp1 GRIMOIRE_MLP_FUSED=1 -- test_cuda_mlp_fp8
     # One XML file back instead of one per executable.
     cat "$OUT"/test_*.xml > "$OUT/gpu_tests.xml" 2>/dev/null && rm -f "$OUT"/test_*.xml
 

@@ -401,7 +401,9 @@ class CudaFp8Linear final : public CudaQuantLinear {
     bool conv_ok(int64_t M) const override { return cuda::qmm_conv_ok(true, false, M, d_.N, d_.K, d_.bk, d_.SG); }
 
     // One row: the MLP block as one persistent launch (cuda::mlp_fp8) where down is FP8 too and the kernel takes
-    // the shapes; GRIMOIRE_MLP_FUSED=0 keeps the glu pass + down (the A/B).
+    // the shapes, only with GRIMOIRE_MLP_FUSED=1: measured slower than the glu pass + down on the H200 (27B MLP
+    // 110-128 us against 80 a layer, docs/BENCHMARKS.md session 29), so it stays an opt-in until its weight
+    // stream reaches the copy rate.
     bool offers_mlp(int64_t rows, const Linear& down) const override {
         const auto* d = dynamic_cast<const CudaFp8Linear*>(&down);
         return mlp_enabled() && rows == 1 && d && wdt_ == DType::BF16 && qmm_ok_ && d->qmm_ok_ && !bias_.data &&
@@ -422,7 +424,7 @@ class CudaFp8Linear final : public CudaQuantLinear {
     static bool mlp_enabled() {
         static const bool on = [] {
             const char* e = std::getenv("GRIMOIRE_MLP_FUSED");
-            return !(e && e[0] == '0');
+            return e && e[0] == '1';
         }();
         return on;
     }
