@@ -618,7 +618,7 @@ struct Probe {
 // row keeps two parts and silu_mul, as qmm_glu_ok says), down. Mean ms a layer.
 // fused (FP8) > 0: gate | up, silu_mul and down as the one persistent launch of cuda::mlp_fp8 (what the decode
 // step runs for one row since session 29): 1 as the library launches it, 2 without its math (its loads' floor),
-// 3 / 4 / 5 with K in 4 / 8 / 17 segments for down (the default picks its own), 6 with 2 for gate | up.
+// 3..6 with K in forced segments (gate | up, down): (1, 1), (1, 2), (2, 2), (4, 17); the default picks its own.
 // With fused, one more traced launch prints where a block's time goes (mlp_fp8.cu's marks).
 template <bool FP8>
 double library_chain_ms(int L, int fused = 0) {
@@ -674,9 +674,10 @@ double library_chain_ms(int L, int fused = 0) {
                     return;
                 }
                 if (fused > 1) {
-                    const int sb[7] = {0, 0, 0, 4, 8, 17, 8};
-                    gc::mlp_fp8_variant(gu.f8[l], dn.f8[l], txn, th, ty, ws, s, fused != 2, fused == 6 ? 2 : 0,
-                                        sb[fused]);
+                    // [fused] = {segments of gate | up, of down}; 0 = the kernel's choice
+                    const int sg[7][2] = {{0, 0}, {0, 0}, {0, 0}, {1, 1}, {1, 2}, {2, 2}, {4, 17}};
+                    gc::mlp_fp8_variant(gu.f8[l], dn.f8[l], txn, th, ty, ws, s, fused != 2, sg[fused][0],
+                                        sg[fused][1]);
                     return;
                 }
                 gc::qmm_fp8(gu.f8[l], txn, tgu, ws, s);
@@ -897,10 +898,10 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
     if constexpr (FP8) {
         const double t_fused = record("library_fused", library_chain_ms<FP8>(L, 1));
         record("library_fused_loads", library_chain_ms<FP8>(L, 2));
-        record("library_fused_down4", library_chain_ms<FP8>(L, 3));
-        record("library_fused_down8", library_chain_ms<FP8>(L, 4));
-        record("library_fused_down17", library_chain_ms<FP8>(L, 5));
-        record("library_fused_a2", library_chain_ms<FP8>(L, 6));
+        record("library_fused_s1_1", library_chain_ms<FP8>(L, 3));
+        record("library_fused_s1_2", library_chain_ms<FP8>(L, 4));
+        record("library_fused_s2_2", library_chain_ms<FP8>(L, 5));
+        record("library_fused_s4_17", library_chain_ms<FP8>(L, 6));
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_library", t_fused / t_lib);
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_persist", t_fused / t[0][0]);
     }
