@@ -52,10 +52,6 @@ constexpr int kSlotBytes = kSlotTiles * kTileBytes;
 // 110.6 against 128 us a 27B MLP layer): more slots in flight spread each block's reads over more chunks.
 constexpr int kMaxSlots = 8;
 constexpr int kMaxK = 6;                       // slots a chunk of a rectangle (positions <= 96)
-constexpr int kMlpTracePoints = 8;
-constexpr uint64_t kTimeoutNs = 4000000000ull; // a grid wait this long is a bug: trap, don't hang the card
-// mlp_fp8_variant's trace points: consumers start, x staged, stage A's tiles done, its items stored, past the
-// grid barrier, h staged, stage B's tiles done, its items stored.
 
 // One stage's weight and work: `runs` parts of `items` n-tiles each (part r's n-tile of item i: i + r * run_off),
 // K in `segs` segments of `gps` scale groups (2 chunks each).
@@ -74,11 +70,30 @@ struct MlpArgs {
     __nv_bfloat16* h;        // [I]
     __nv_bfloat16* y;        // [D]
     unsigned* bar;           // [2] the grid barrier's counters, left at zero
-    unsigned long long* trace;  // benchmark only: [G][kTracePoints] globaltimer, or null
+    unsigned long long* trace;  // benchmark only: [G][kMlpTracePoints] globaltimer, or null
     int D, I;
     int G;       // grid blocks
     int nslots;  // ring slots (<= kMaxSlots)
 };
+
+// Shared memory: this header, then x (later h: BF16, max(D, I) padded to 64 channels), then the ring
+// (nslots x kSlotBytes), both at 128-byte offsets.
+struct Smem {
+    uint64_t full[kMaxSlots], empty[kMaxSlots];
+    int last[2 * kSlotTiles * kMaxK];  // the stage's items whose last segment this block brings
+};
+__host__ __device__ constexpr size_t align128(size_t n) { return (n + 127) / 128 * 128; }
+__host__ __device__ inline size_t xs_offset() { return align128(sizeof(Smem)); }
+__host__ __device__ inline size_t ring_offset(int D, int I) {
+    return xs_offset() + align128(static_cast<size_t>((max(D, I) + 63) / 64 * 64) * 2);
+}
+
+// Device code for sm_90 only (bulk copies, mbarriers); other passes see the kernel's empty body.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// mlp_fp8_variant's trace points: consumers start, x staged, stage A's tiles done, its items stored, past the
+// grid barrier, h staged, stage B's tiles done, its items stored.
+constexpr int kMlpTracePoints = 8;
+constexpr uint64_t kTimeoutNs = 4000000000ull; // a grid wait this long is a bug: trap, don't hang the card
 
 __device__ __forceinline__ int range_at(int b, int W, int G) {
     return static_cast<int>(static_cast<int64_t>(b) * W / G);
@@ -111,7 +126,6 @@ __device__ void grid_barrier(unsigned* arrive, unsigned* depart, unsigned G) {
     }
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 using qmm::bulk_load;
 using qmm::mbar_arrive;
 using qmm::mbar_arrive_tx;
@@ -136,7 +150,6 @@ __device__ __noinline__ void mbar_wait_slow(uint64_t* b, unsigned parity) {
 __device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned parity) {
     if (!mbar_ready(b, parity)) mbar_wait_slow(b, parity);
 }
-#endif
 
 // The block's next rectangle of a stage: segment `seg`, items [i0, i0 + n), from unit u (advanced past it).
 struct Rect {
@@ -153,18 +166,6 @@ struct Rect {
     __device__ int ntile(const StageArgs& s, int p) const { return i0 + p % n + (p / n) * s.run_off; }
 };
 
-// Shared memory: this header, then x (later h: BF16, max(D, I) padded to 64 channels), then the ring
-// (nslots x kSlotBytes), both at 128-byte offsets (smem_layout).
-struct Smem {
-    uint64_t full[kMaxSlots], empty[kMaxSlots];
-    int last[2 * kSlotTiles * kMaxK];  // the stage's items whose last segment this block brings
-};
-__host__ __device__ constexpr size_t align128(size_t n) { return (n + 127) / 128 * 128; }
-__host__ __device__ inline size_t xs_offset() { return align128(sizeof(Smem)); }
-__host__ __device__ inline size_t ring_offset(int D, int I) {
-    return xs_offset() + align128(static_cast<size_t>((max(D, I) + 63) / 64 * 64) * 2);
-}
-
 // The A fragment's four k-tiles of one chunk tile against the chunk of x (lane t's 16 channels), into c.
 __device__ __forceinline__ void chunk_mma(float (&c)[4], const uint4 (&w)[2], uint4 xa, uint4 xb, bool first) {
     const uint32_t b0[4] = {xa.x, xa.z, xb.x, xb.z}, b1[4] = {xa.y, xa.w, xb.y, xb.w};
@@ -179,7 +180,6 @@ __device__ __forceinline__ void chunk_mma(float (&c)[4], const uint4 (&w)[2], ui
     }
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // Producer: the slots of every rectangle of the stage, chunk by chunk, 16 positions a slot (one or two
 // contiguous runs of tiles).
 __device__ void produce(const StageArgs& s, int u0, int u1, Smem& sm, uint8_t* ring, int nslots, int& it) {
