@@ -345,11 +345,13 @@ class CudaFp8Linear final : public CudaQuantLinear {
             p = repack_fp8(h);
         }
         h = Fp8Host{};
-        size_t mlp_partial = 0;
-        int mlp_counters = 0;
-        cuda::mlp_fp8_workspace_need(p.K, p.N / 2, &mlp_partial, &mlp_counters);  // as a gate | up [2 I, D]
-        be.reserve_quant_ws(CudaBackend::QuantWs::PARTIALS, mlp_partial);
-        be.reserve_quant_ws(CudaBackend::QuantWs::COUNTERS, static_cast<size_t>(mlp_counters) * sizeof(int));
+        if (mlp_enabled()) {  // the opt-in one-launch MLP block's partials and counters, as a gate | up [2 I, D]
+            size_t mlp_partial = 0;
+            int mlp_counters = 0;
+            cuda::mlp_fp8_workspace_need(p.K, p.N / 2, &mlp_partial, &mlp_counters);
+            be.reserve_quant_ws(CudaBackend::QuantWs::PARTIALS, mlp_partial);
+            be.reserve_quant_ws(CudaBackend::QuantWs::COUNTERS, static_cast<size_t>(mlp_counters) * sizeof(int));
+        }
         d_.N = p.N, d_.K = p.K, d_.NT = p.NT, d_.KC = p.KC, d_.bn = p.bn, d_.bk = p.bk, d_.SN = p.SN, d_.SG = p.SG;
         qmm_ok_ = cuda::qmm_supported(p.bk, p.SG);
         const size_t nwords = static_cast<size_t>(p.NT * p.KC * 32 * 8);
