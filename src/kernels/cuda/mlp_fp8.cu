@@ -1,6 +1,12 @@
 // The one-row FP8 MLP block in one persistent launch (decode): y = Wd (silu(Wg x) * (Wu x)) over the tile
 // layout of quant/tile_layout.h, the gate | up weight stacked as forward_glu takes it.
 //
+// Status: correct and tested, but measured slower than the library's glu pass + down (H200, 27B MLP: 110.6 us
+// against 80.1 a layer; docs/BENCHMARKS.md session 29), so the model takes it only with GRIMOIRE_MLP_FUSED=1.
+// Its weight stream is the limit (0.67-0.79 of copy with no math): over this chunk-major layout a block's share
+// of a chunk is a short run of tiles and the K segments keep many bands of the weight in flight at once; the
+// probe's tiles of whole rows stream at copy. The design below is what a layout change would keep.
+//
 // Why one launch (docs/BENCHMARKS.md, session 28's decode-chain probe): the one-row qmm of gate | up, the
 // silu_mul and the qmm of down each ramp up and drain the weight stream, and down cannot start loading until
 // gate | up has finished. Here one block per SM owns the whole block for both projections: a producer warp
@@ -15,7 +21,8 @@
 // chunk-major, so a rectangle's tiles of one chunk are one contiguous run a part (gate, up), and the blocks of a
 // segment, advancing through its chunks at the same pace, read one contiguous band of the weight together: the
 // DRAM sees a few copy-like streams (a first form that gave each block scattered 1 KB tiles read at ~0.5 of
-// copy with no math at all, H100). S is the fewest segments that give every block >= 32 units (<= 3% imbalance).
+// copy with no math at all, H100). S (segments()) is the divisor of the groups, at most 8, that gives the most
+// even ranges, with a full slot a chunk where the shapes allow.
 // A slot of the ring is 16 consecutive positions of a chunk's run(s) (position p: part p / n, item p % n of the
 // rectangle's n), position p goes to warp p % 16, so a warp owns fixed positions over the whole rectangle and
 // keeps their sums in registers: no reduction inside the block. Each (segment, item) partial goes to the
