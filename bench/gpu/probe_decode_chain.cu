@@ -125,47 +125,26 @@ struct Chain {
 };
 
 constexpr uint64_t kTimeoutNs = 2000000000ull;  // a wait this long is a bug: trap instead of hanging the card
-__device__ __forceinline__ uint64_t now_ns() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
+using qmm::globaltimer_ns;
+using qmm::ld_acquire_gpu;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 using qmm::bulk_load;
 using qmm::mbar_arrive;
 using qmm::mbar_arrive_tx;
 using qmm::mbar_init;
-using qmm::smem_addr;
 // quant_mma_tma.cuh's wait, bounded: a probe run blind must trap rather than hang the card.
-__device__ __forceinline__ bool mbar_try(uint64_t* b, unsigned parity) {
-    uint32_t ok;
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(ok)
-        : "r"(smem_addr(b)), "r"(parity)
-        : "memory");
-    return ok != 0;
-}
-__device__ void mbar_wait(uint64_t* b, unsigned parity) {
-    if (mbar_try(b, parity)) return;
-    const uint64_t t0 = now_ns();
-    while (!mbar_try(b, parity))
-        if (now_ns() - t0 > kTimeoutNs) __trap();
+__device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned parity) {
+    qmm::mbar_wait_bounded(b, parity, kTimeoutNs);
 }
 #endif
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 __device__ __forceinline__ void red_release(unsigned* p, unsigned v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 __device__ void wait_count(const unsigned* p, unsigned target) {
-    if (ld_acquire(p) >= target) return;
-    const uint64_t t0 = now_ns();
-    while (ld_acquire(p) < target)
-        if (now_ns() - t0 > kTimeoutNs) __trap();
+    if (ld_acquire_gpu(p) >= target) return;
+    const uint64_t t0 = globaltimer_ns();
+    while (ld_acquire_gpu(p) < target)
+        if (globaltimer_ns() - t0 > kTimeoutNs) __trap();
 }
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");

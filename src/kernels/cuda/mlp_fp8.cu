@@ -106,16 +106,8 @@ __device__ __forceinline__ int range_at(int b, int W, int G) {
     return static_cast<int>(static_cast<int64_t>(b) * W / G);
 }
 
-__device__ __forceinline__ uint64_t now_ns() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
+using qmm::globaltimer_ns;
+using qmm::ld_acquire_gpu;
 __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(kWarps * 32) : "memory");
 }
@@ -124,9 +116,9 @@ __device__ __forceinline__ void consumers_sync() {
 // resets both, which no other block can still be reading (each has left: it saw `arrive` at G).
 __device__ void grid_barrier(unsigned* arrive, unsigned* depart, unsigned G) {
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(arrive) : "memory");
-    const uint64_t t0 = now_ns();
-    while (ld_acquire(arrive) < G)
-        if (now_ns() - t0 > kTimeoutNs) __trap();
+    const uint64_t t0 = globaltimer_ns();
+    while (ld_acquire_gpu(arrive) < G)
+        if (globaltimer_ns() - t0 > kTimeoutNs) __trap();
     if (atomicAdd(depart, 1u) == G - 1) {
         atomicExch(arrive, 0u);
         atomicExch(depart, 0u);
@@ -137,25 +129,8 @@ using qmm::bulk_load;
 using qmm::mbar_arrive;
 using qmm::mbar_arrive_tx;
 using qmm::mbar_init;
-using qmm::smem_addr;
-// quant_mma_tma.cuh's wait, bounded: a producer and consumers that disagreed on the slots would otherwise hang
-// the card; a trap names the failure (the launch reports it).
-__device__ __forceinline__ bool mbar_ready(uint64_t* b, unsigned parity) {
-    uint32_t ok;
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(ok)
-        : "r"(smem_addr(b)), "r"(parity)
-        : "memory");
-    return ok != 0;
-}
-__device__ __noinline__ void mbar_wait_slow(uint64_t* b, unsigned parity) {
-    const uint64_t t0 = now_ns();
-    while (!mbar_ready(b, parity))
-        if (now_ns() - t0 > kTimeoutNs) __trap();
-}
 __device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned parity) {
-    if (!mbar_ready(b, parity)) mbar_wait_slow(b, parity);
+    qmm::mbar_wait_bounded(b, parity, kTimeoutNs);
 }
 
 // The block's next rectangle of a stage: segment `seg`, items [i0, i0 + n), from unit u (advanced past it).
@@ -358,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
 
     const int ct = static_cast<int>(threadIdx.x);
     auto mark = [&](int i) {
-        if (a.trace && ct == 0) a.trace[b * kMlpTracePoints + i] = now_ns();
+        if (a.trace && ct == 0) a.trace[b * kMlpTracePoints + i] = globaltimer_ns();
     };
     mark(0);
     // x (the previous kernel's output) and the workspace only once the previous grid has completed.

@@ -41,6 +41,19 @@ inline size_t plan_stage_tma(Args& a, bool fp8) {
     return static_cast<size_t>(a.nstage) * a.stage;
 }
 
+// The global timer (ns) and an acquire load at GPU scope: the bounded waits of persistent kernels
+// (mlp_fp8.cu, bench/gpu/probe_decode_chain.cu), which trap after a timeout instead of hanging the card.
+__device__ __forceinline__ uint64_t globaltimer_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -63,6 +76,25 @@ __device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned parity) {
         " @!p bra WAIT_%=;\n}" ::"r"(smem_addr(b)),
         "r"(parity)
         : "memory");
+}
+// mbar_wait bounded: a trap after timeout_ns (a producer and consumers that disagree on the slots would otherwise
+// hang the card; the launch then reports the failure). The slow path stays out of line.
+__device__ __forceinline__ bool mbar_try(uint64_t* b, unsigned parity) {
+    uint32_t ok;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(ok)
+        : "r"(smem_addr(b)), "r"(parity)
+        : "memory");
+    return ok != 0;
+}
+__device__ __noinline__ void mbar_wait_bounded_slow(uint64_t* b, unsigned parity, uint64_t timeout_ns) {
+    const uint64_t t0 = globaltimer_ns();
+    while (!mbar_try(b, parity))
+        if (globaltimer_ns() - t0 > timeout_ns) __trap();
+}
+__device__ __forceinline__ void mbar_wait_bounded(uint64_t* b, unsigned parity, uint64_t timeout_ns) {
+    if (!mbar_try(b, parity)) mbar_wait_bounded_slow(b, parity, timeout_ns);
 }
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* b) {
     asm volatile(
