@@ -596,9 +596,9 @@ struct Probe {
 // BF16 activations): add_rmsnorm, the stacked gate | up (INT4: glu parts, h straight from the kernel; FP8 one
 // row keeps two parts and silu_mul, as qmm_glu_ok says), down. Mean ms a layer.
 // fused (FP8) > 0: gate | up, silu_mul and down as the one persistent launch of cuda::mlp_fp8 (what the decode
-// step runs for one row since session 29): 1 as the library launches it, 2 without its math (its loads' floor),
-// 3..6 with K in forced segments (gate | up, down): (1, 1), (1, 2), (2, 2), (4, 17); the default picks its own.
-// With fused, one more traced launch prints where a block's time goes (mlp_fp8.cu's marks).
+// step runs for one row with GRIMOIRE_MLP_FUSED=1), over the same random codes taken as n-tile-major (the order
+// it reads; the bytes are random either way): 1 as the library launches it, 2 without its math (its loads'
+// floor). With fused, one more traced launch prints where a block's time goes (mlp_fp8.cu's marks).
 template <bool FP8>
 double library_chain_ms(int L, int fused = 0) {
     std::vector<void*> bufs;
@@ -611,6 +611,10 @@ double library_chain_ms(int L, int fused = 0) {
     grimoire::bench::QWeights gu, dn;
     grimoire::bench::make_weights(gu, FP8, 2 * kI, kD, L, 5000);
     grimoire::bench::make_weights(dn, FP8, kD, kI, L, 6000);
+    if (fused > 0) {
+        for (auto& w : gu.f8) w.nt_major = true;
+        for (auto& w : dn.f8) w.nt_major = true;
+    }
     size_t pb1 = 0, pb2 = 0;
     int nc1 = 0, nc2 = 0;
     gc::qmm_workspace_need(2 * kI, kD, &pb1, &nc1);
@@ -652,11 +656,8 @@ double library_chain_ms(int L, int fused = 0) {
                     gc::mlp_fp8(gu.f8[l], dn.f8[l], txn, th, ty, ws, s);
                     return;
                 }
-                if (fused > 1) {
-                    // [fused] = {segments of gate | up, of down}; 0 = the kernel's choice
-                    const int sg[7][2] = {{0, 0}, {0, 0}, {0, 0}, {1, 1}, {1, 2}, {2, 2}, {4, 17}};
-                    gc::mlp_fp8_variant(gu.f8[l], dn.f8[l], txn, th, ty, ws, s, fused != 2, sg[fused][0],
-                                        sg[fused][1]);
+                if (fused == 2) {
+                    gc::mlp_fp8_variant(gu.f8[l], dn.f8[l], txn, th, ty, ws, s, false);
                     return;
                 }
                 gc::qmm_fp8(gu.f8[l], txn, tgu, ws, s);
@@ -683,7 +684,7 @@ double library_chain_ms(int L, int fused = 0) {
             cudaStream_t ts = nullptr;
             check(cudaStreamCreate(&ts), "stream");
             gc::add_rmsnorm(tres, ty, twn, kEps, grimoire::NormKind::PLAIN, txn, ts, false);
-            gc::mlp_fp8_variant(gu.f8[0], dn.f8[0], txn, th, ty, ws, ts, true, 0, 0, tr);
+            gc::mlp_fp8_variant(gu.f8[0], dn.f8[0], txn, th, ty, ws, ts, true, tr);
             check(cudaStreamSynchronize(ts), "traced launch");
             cudaStreamDestroy(ts);
             std::vector<unsigned long long> h(static_cast<size_t>(sms) * P);
@@ -877,10 +878,6 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
     if constexpr (FP8) {
         const double t_fused = record("library_fused", library_chain_ms<FP8>(L, 1));
         record("library_fused_loads", library_chain_ms<FP8>(L, 2));
-        record("library_fused_s1_1", library_chain_ms<FP8>(L, 3));
-        record("library_fused_s1_2", library_chain_ms<FP8>(L, 4));
-        record("library_fused_s2_2", library_chain_ms<FP8>(L, 5));
-        record("library_fused_s4_17", library_chain_ms<FP8>(L, 6));
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_library", t_fused / t_lib);
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_persist", t_fused / t[0][0]);
     }

@@ -14,17 +14,23 @@
 
 namespace grimoire {
 
-// Storage index of tile (n-tile nt, chunk c) of a weight with NT n-tiles and KC chunks.
-GRIMOIRE_HD int64_t tile_index(int64_t nt, int64_t c, int64_t NT, int64_t KC) {
-    (void)KC;
-    return c * NT + nt;
+// Storage index of tile (n-tile nt, chunk c) of a weight with NT n-tiles and KC chunks. nt_major: the
+// n-tile-major order [n-tile][k-chunk] instead, where each n-tile's 16 rows are one contiguous run over all of K:
+// the one-row persistent MLP block (kernels/cuda/mlp_fp8.cu) gives each block one contiguous range of tiles, so
+// every SM streams like a copy and only the n-tiles cut by a range's ends are summed across blocks.
+GRIMOIRE_HD int64_t tile_index(int64_t nt, int64_t c, int64_t NT, int64_t KC, bool nt_major = false) {
+    return nt_major ? nt * KC + c : c * NT + nt;
 }
 
 // The inverse: storage index i -> (nt, c).
-GRIMOIRE_HD void tile_coords(int64_t i, int64_t NT, int64_t KC, int64_t& nt, int64_t& c) {
-    (void)KC;
-    c = i / NT;
-    nt = i - c * NT;
+GRIMOIRE_HD void tile_coords(int64_t i, int64_t NT, int64_t KC, int64_t& nt, int64_t& c, bool nt_major = false) {
+    if (nt_major) {
+        nt = i / KC;
+        c = i - nt * KC;
+    } else {
+        c = i / NT;
+        nt = i - c * NT;
+    }
 }
 
 // Channel, within its 64-channel chunk, of k-slot s of a chunk tile (s = 16 kt + 8 h + 2 t + e: k-tile kt, B

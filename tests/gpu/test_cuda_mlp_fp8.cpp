@@ -41,10 +41,11 @@ std::vector<float> dequant(const Fp8Host& h) {
     return w;
 }
 
-// A packed device copy of an FP8 weight for direct cuda:: calls.
+// A packed device copy of an FP8 weight for direct cuda:: calls, n-tile-major (the order mlp_fp8 reads).
 cuda::Fp8Dev upload_fp8(DirectQmm& q, const Fp8Host& h) {
-    const PackedFp8 p = repack_fp8(h);
+    const PackedFp8 p = repack_fp8(h, true);
     cuda::Fp8Dev d;
+    d.nt_major = true;
     d.N = p.N, d.K = p.K, d.NT = p.NT, d.KC = p.KC, d.bn = p.bn, d.bk = p.bk, d.SN = p.SN, d.SG = p.SG;
     d.words = static_cast<const uint32_t*>(q.up(p.words.data(), p.words.size() * 4));
     d.scales = static_cast<const float*>(q.up(p.scales.data(), p.scales.size() * 4));
@@ -153,8 +154,9 @@ TEST_P(CudaMlpFp8, MatchesOracleAndIsDeterministic) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes,
                          CudaMlpFp8,
-                         ::testing::Values(MlpCase{1152, 2176},    // 72 down n-tiles: a 72-block grid
-                                           MlpCase{2432, 4480},    // 132 blocks, items split in both stages
+                         ::testing::Values(MlpCase{256, 8192},     // down: an n-tile over ~8 blocks' ranges
+                                           MlpCase{128, 4096},     // one scale group a row in gate | up
+                                           MlpCase{2432, 4480},    // n-tiles cut at both ends of most ranges
                                            MlpCase{5120, 17408})); // the 27B MLP
 
 TEST(CudaMlpFp8Linear, OffersOneRowAndMatchesTheUnfusedBlock) {

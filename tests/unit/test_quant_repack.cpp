@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -142,13 +143,30 @@ TEST_P(RepackFp8, UnpackEqualsOracleExactly) {
     h.scales.resize(static_cast<size_t>(((c.N + c.bn - 1) / c.bn) * ((c.K + c.bk - 1) / c.bk)));
     std::uniform_real_distribution<float> d(1e-3f, 1.0f);
     for (auto& s : h.scales) s = d(rng);
-    const PackedFp8 p = repack_fp8(h);
     std::vector<float> want(static_cast<size_t>(c.N * c.K));
     cpu::dequant_fp8_rows({h.w.data(), h.scales.data(), h.N, h.K, h.bn, h.bk}, 0, h.N, want.data());
-    const std::vector<float> got = unpack_fp8(p);
-    size_t bad = 0;
-    for (size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i];
-    EXPECT_EQ(bad, 0u) << "of " << got.size();
+    const PackedFp8 p = repack_fp8(h), pn = repack_fp8(h, true);
+    for (const PackedFp8* q : {&p, &pn}) {
+        const std::vector<float> got = unpack_fp8(*q);
+        size_t bad = 0;
+        for (size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i];
+        EXPECT_EQ(bad, 0u) << "of " << got.size() << (q->nt_major ? " (n-tile-major)" : " (chunk-major)");
+    }
+    // The two orders hold the same tiles: tile (nt, c) of one is tile (nt, c) of the other, and the n-tile-major
+    // one stores an n-tile's chunks contiguously.
+    ASSERT_EQ(p.words.size(), pn.words.size());
+    size_t moved = 0;
+    for (int64_t nt = 0; nt < p.NT; ++nt)
+        for (int64_t c = 0; c < p.KC; ++c) {
+            const size_t i = static_cast<size_t>(tile_index(nt, c, p.NT, p.KC) * 256);
+            const size_t j = static_cast<size_t>(tile_index(nt, c, p.NT, p.KC, true) * 256);
+            ASSERT_EQ(j, static_cast<size_t>((nt * p.KC + c) * 256));
+            moved += std::memcmp(&p.words[i], &pn.words[j], 1024) != 0;
+        }
+    EXPECT_EQ(moved, 0u);
+    int64_t nt = -1, cc = -1;
+    tile_coords(5 * p.KC + 3 < p.NT * p.KC ? 5 * p.KC + 3 : 0, p.NT, p.KC, nt, cc, true);
+    EXPECT_EQ(tile_index(nt, cc, p.NT, p.KC, true), 5 * p.KC + 3 < p.NT * p.KC ? 5 * p.KC + 3 : 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RepackFp8,

@@ -341,8 +341,9 @@ class CudaFp8Linear final : public CudaQuantLinear {
             p.N = h.N, p.K = h.K, p.bn = h.bn, p.bk = h.bk;
             p.NT = (h.N + 15) / 16, p.KC = (h.K + 63) / 64;
             p.SN = (h.N + h.bn - 1) / h.bn, p.SG = (h.K + h.bk - 1) / h.bk;
+            p.nt_major = nt_major_requested();
         } else {
-            p = repack_fp8(h);
+            p = repack_fp8(h, nt_major_requested());
         }
         h = Fp8Host{};
         if (mlp_enabled()) {  // the opt-in one-launch MLP block's partials and counters, as a gate | up [2 I, D]
@@ -353,6 +354,7 @@ class CudaFp8Linear final : public CudaQuantLinear {
             be.reserve_quant_ws(CudaBackend::QuantWs::COUNTERS, static_cast<size_t>(mlp_counters) * sizeof(int));
         }
         d_.N = p.N, d_.K = p.K, d_.NT = p.NT, d_.KC = p.KC, d_.bn = p.bn, d_.bk = p.bk, d_.SN = p.SN, d_.SG = p.SG;
+        d_.nt_major = p.nt_major;
         qmm_ok_ = cuda::qmm_supported(p.bk, p.SG);
         const size_t nwords = static_cast<size_t>(p.NT * p.KC * 32 * 8);
         const size_t nscales = static_cast<size_t>(p.SN * p.SG);
@@ -384,6 +386,7 @@ class CudaFp8Linear final : public CudaQuantLinear {
     std::vector<float> dequantize() const override {
         PackedFp8 p;
         p.N = d_.N, p.K = d_.K, p.NT = d_.NT, p.KC = d_.KC, p.bn = d_.bn, p.bk = d_.bk, p.SN = d_.SN, p.SG = d_.SG;
+        p.nt_major = d_.nt_major;
         download(d_.words, p.words, static_cast<size_t>(p.NT * p.KC * 32 * 8));
         download(d_.scales, p.scales, static_cast<size_t>(p.SN * p.SG));
         return unpack_fp8(p);
@@ -403,9 +406,9 @@ class CudaFp8Linear final : public CudaQuantLinear {
     bool conv_ok(int64_t M) const override { return cuda::qmm_conv_ok(true, false, M, d_.N, d_.K, d_.bk, d_.SG); }
 
     // One row: the MLP block as one persistent launch (cuda::mlp_fp8) where down is FP8 too and the kernel takes
-    // the shapes, only with GRIMOIRE_MLP_FUSED=1: measured slower than the glu pass + down on the H200 (27B MLP
-    // 110-128 us against 80 a layer, docs/BENCHMARKS.md session 29), so it stays an opt-in until its weight
-    // stream reaches the copy rate.
+    // the shapes, only with GRIMOIRE_MLP_FUSED=1 (which packs every FP8 weight n-tile-major, the order the kernel
+    // reads; the qmm kernels take it on their one-pass form). An opt-in until measured faster end to end
+    // (docs/BENCHMARKS.md session 30).
     bool offers_mlp(int64_t rows, const Linear& down) const override {
         const auto* d = dynamic_cast<const CudaFp8Linear*>(&down);
         return mlp_enabled() && rows == 1 && d && wdt_ == DType::BF16 && qmm_ok_ && d->qmm_ok_ && !bias_.data &&
@@ -429,6 +432,12 @@ class CudaFp8Linear final : public CudaQuantLinear {
             return e && e[0] == '1';
         }();
         return on;
+    }
+    // The tile order of every FP8 weight loaded from here on: n-tile-major with the fused MLP block, or alone
+    // with GRIMOIRE_FP8_NT_MAJOR=1 (the layout's own A/B on the qmm kernels); chunk-major otherwise.
+    static bool nt_major_requested() {
+        const char* e = std::getenv("GRIMOIRE_FP8_NT_MAJOR");
+        return mlp_enabled() || (e && e[0] == '1');
     }
 
     // Prefill through the W8A8 FP8 GEMM, unless GRIMOIRE_FP8_GEMM=0 (read when a weight is loaded). The

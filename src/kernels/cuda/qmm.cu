@@ -345,6 +345,7 @@ void launch(qmm::Args& a, const QmmWorkspace& ws, int forced_blocks, cudaStream_
     if constexpr (GK == 0) {
         if (qmv_route(a, FP8, ASYM, forced_blocks)) return launch_qmv<FP8, ASYM>(a, s);
     }
+    if (a.ntm) throw Error("cuda qmm: an n-tile-major weight takes the one-pass kernel only (qmv_route)");
     if (a.parts.glu) throw Error("cuda qmm: glu parts need the one-pass kernel (see qmm_glu_ok)");
     // The kernel body exists only in sm_90 code: a binary built without it keeps the cp.async kernel.
     static const bool tma_built = [] {
@@ -580,6 +581,7 @@ void qmm_fp8(const Fp8Dev& w,
     a.words = w.words, a.scales = w.scales, a.zeros = nullptr;
     a.bn = static_cast<int>(w.bn), a.SG = static_cast<int>(w.SG);
     a.sdt = kF32, a.ssz = 4;
+    a.ntm = w.nt_major ? 1 : 0;
     launch_gk<true, false>(a, ws, forced, s);
     check_launch("qmm_fp8");
 }

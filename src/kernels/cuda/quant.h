@@ -34,6 +34,9 @@ struct Fp8Dev {
     const uint32_t* words = nullptr;  // tiles (quant/tile_layout.h) x [32][8]
     const float* scales = nullptr;
     int64_t N = 0, K = 0, NT = 0, KC = 0, bn = 1, bk = 1, SN = 0, SG = 0;
+    // The n-tile-major tile order (tile_layout.h), which mlp_fp8 reads; qmm_fp8 takes it on its one-pass kernel
+    // only (whole-chunk scale groups, no forced grid), dequant_fp8 and unpack_fp8 on every shape.
+    bool nt_major = false;
 };
 
 // Stream-K partials and per-column-block arrival counters the qmm kernels share (sequential on one stream).
@@ -102,20 +105,19 @@ void qmm_fp8(const Fp8Dev& w,
 
 // ---- The one-row FP8 MLP block in one persistent launch (mlp_fp8.cu; decode) ----
 // y [1, D] BF16 = down (silu(g) * u) with [g | u] = gate_up x: gate_up a stacked [gate; up] weight [2 I, D],
-// down [D, I], both 128-channel scale groups (FP8 block-scaled); h [1, I] BF16 receives silu(g) * u (g, u and h
-// rounded to BF16 as forward_glu's parts and silu_mul would). One block per SM streams both weights through a
-// shared-memory ring across the grid barrier between the projections. Deterministic; the workspace is the qmm
-// kernels' (reserve mlp_fp8_workspace_need(D, I) too), its counters left at zero.
+// down [D, I], both FP8 block-scaled with 128-channel scale groups and packed n-tile-major (Fp8Dev::nt_major);
+// h [1, I] BF16 receives silu(g) * u (g, u and h rounded to BF16 as forward_glu's parts and silu_mul would).
+// One block per SM streams one contiguous range of each weight through a shared-memory ring across the grid
+// barrier between the projections. Deterministic; the workspace is the qmm kernels' (reserve
+// mlp_fp8_workspace_need(D, I) too), its counters left at zero.
 bool mlp_fp8_ok(const Fp8Dev& gate_up, const Fp8Dev& down);
 void mlp_fp8_workspace_need(int64_t D, int64_t I, size_t* partial_bytes, int* n_counters);
 void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
              const QmmWorkspace& ws, cudaStream_t s);
 // Benchmark variants: math false takes the tiles without computing (h, y meaningless: the streaming floor);
-// segs_a / segs_b > 0 force the stages' K segments (the workspace must hold their partials); trace non-null
-// receives [grid][8] globaltimer marks (mlp_fp8.cu).
+// trace non-null receives [grid][8] globaltimer marks (mlp_fp8.cu).
 void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
-                     const QmmWorkspace& ws, cudaStream_t s, bool math, int segs_a = 0, int segs_b = 0,
-                     unsigned long long* trace = nullptr);
+                     const QmmWorkspace& ws, cudaStream_t s, bool math, unsigned long long* trace = nullptr);
 
 // out [N, K] BF16 or F32 = the dequantized weight in the checkpoint's channel order.
 void dequant_int4(const Int4Dev& w, void* out, DType out_dtype, cudaStream_t s);

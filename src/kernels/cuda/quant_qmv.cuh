@@ -244,7 +244,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int PFW = ((ABL & kQmvPf1) ? 4 : 0) + ((ABL & kQmvPf2) ? 8 : 0);
     static_assert(PFW * NTB <= 32, "one prefetch per lane at the start");
     // Load cursor: the next chunk lc to load (its group lgrp, lrem chunks left in it) and the lane's weight
-    // pointer per n-tile, which moves by one chunk row of tiles per load (quant/tile_layout.h: chunk-major).
+    // pointer per n-tile, which moves by one chunk of its n-tile per load (quant/tile_layout.h: a chunk row of
+    // tiles chunk-major, one tile n-tile-major).
     // Scale and zero offsets of the lane's rows are fixed; only the group row changes. Integer work per chunk
     // is kept to a few adds: it competes with the dequant for issue slots.
     const uint4* wp[NTB];
@@ -253,7 +254,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
             const int nt = min(tile_nt(tb, j), a.NT - 1);
-            wp[j] = wb + (tile_index(nt, c0, a.NT, KC) * 32 + lane) * VEC;
+            wp[j] = wb + (tile_index(nt, c0, a.NT, KC, a.ntm != 0) * 32 + lane) * VEC;
             const int rlo = min(nt * 16 + g, a.N - 1),
                       rhi = min(nt * 16 + g + 8, a.N - 1);  // past N: never stored
             so_lo[j] = FP8 ? rlo / a.bn * a.SG : rlo;
@@ -262,7 +263,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     };
     set_tiles(static_cast<int>(blockIdx.x));
     int ltb = static_cast<int>(blockIdx.x);  // PERS: the group the load cursor is in
-    const int64_t wstride = static_cast<int64_t>(a.NT) * 32 * VEC;  // uint4 per chunk row
+    const int64_t wstride = static_cast<int64_t>(a.ntm ? 1 : a.NT) * 32 * VEC;  // uint4 per chunk
     const int gstride = FP8 ? 1 : a.NP;                             // scale elements per group step
     int lc = c0, lgrp = c0 / cpg, lrem = cpg - c0 % cpg;
 
@@ -295,7 +296,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         const bool last = lrem == 1 || lc + 1 == c1;
         if constexpr (PFW > 0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            // Lane j < NTB: n-tile j of chunk lc + PFW (tiles of one chunk row are adjacent; none past NT).
+            // Lane j < NTB: n-tile j of chunk lc + PFW (tiles of one chunk row are adjacent, chunk-major only: the
+            // bench variants' weights; none past NT).
             if (lane < NTB && lc >= c0 + D && lc + PFW < c1 && ltb * NTB + lane < a.NT) {
                 const uint4* pf = wp[0] - lane * VEC + lane * 32 * VEC + PFW * wstride;
                 asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(pf), "n"(VEC * 512) : "memory");
