@@ -49,6 +49,7 @@ constexpr int kSlotTiles = 16;    // a ring slot: one tile a consumer warp
 constexpr int kSlotBytes = kSlotTiles * kTileBytes;
 constexpr int kMaxSlots = 8;   // ring slots (as shared memory allows, up to this)
 constexpr int kMaxLocal = 48;  // n-tiles one block's range may touch (the shared table's rows)
+constexpr int kPrefetchBytes = 256 * 1024;  // MlpArgs::prefetch unless a variant asks otherwise
 
 // One stage: a weight of NT n-tiles x KC chunks, nt-major, as U = NT KC / 2 units of two tiles.
 struct StageArgs {
@@ -72,6 +73,7 @@ struct MlpArgs {
     int G;       // grid blocks
     int nslots;  // ring slots (<= kMaxSlots)
     int nloc;    // rows of the shared n-tile table (the most n-tiles a block's range touches, either stage)
+    int prefetch;  // bytes of down's range each block asks of L2 once gate | up's last slot is issued
 };
 
 // Shared memory: this header, then x (later h: BF16, max(D, I) padded to 64 channels), the n-tile table
@@ -153,6 +155,16 @@ __device__ __forceinline__ void chunk_mma(float (&c)[4], const uint4 (&w)[2], ui
         else
             qmm::mma_bf16(c, a0, a1, a2, a3, b0[kt], b1[kt]);
     }
+}
+
+// The first `bytes` of the block's tiles [t0, t1) of a stage asked of L2 (bulk prefetches of up to 16 KB).
+__device__ void prefetch_head(const StageArgs& s, int t0, int t1, int bytes) {
+    const int64_t end = min(static_cast<int64_t>(t1 - t0) * kTileBytes, static_cast<int64_t>(bytes));
+    const uint8_t* base = s.words + static_cast<int64_t>(t0) * kTileBytes;
+    for (int64_t o = 0; o < end; o += kSlotBytes)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + o),
+                     "r"(static_cast<unsigned>(min(static_cast<int64_t>(kSlotBytes), end - o)))
+                     : "memory");
 }
 
 // Producer: the block's tiles [t0, t1) of the stage, 16 a slot, each slot one bulk copy.
@@ -293,6 +305,9 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     if (warp == kWarps) {  // producer: both stages' slots in the consumers' order, never waiting on the grid
         if (lane == 0) {
             produce(A, a0, a1, sm, ring, a.nslots, it);
+            // Down's first tiles asked of L2 now: the ring alone covers only a few microseconds of the stream while
+            // the consumers finish gate | up, meet at the grid barrier and stage h, and HBM would idle past that.
+            prefetch_head(B, b0, b1, a.prefetch);
             produce(B, b0, b1, sm, ring, a.nslots, it);
         }
         return;
@@ -454,7 +469,8 @@ void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor&
 }
 
 void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
-                     const QmmWorkspace& ws, cudaStream_t s, bool math, unsigned long long* trace) {
+                     const QmmWorkspace& ws, cudaStream_t s, bool math, unsigned long long* trace,
+                     int prefetch_kb) {
     if (!mlp_fp8_ok(gate_up, down)) throw Error("cuda mlp_fp8: weights this kernel does not take (mlp_fp8_ok)");
     const int64_t D = gate_up.K, I = down.K;
     if (x.dtype != DType::BF16 || h.dtype != DType::BF16 || y.dtype != DType::BF16 || x.numel() != D ||
@@ -482,6 +498,7 @@ void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x,
     a.h = static_cast<__nv_bfloat16*>(h.data), a.y = static_cast<__nv_bfloat16*>(y.data);
     a.D = static_cast<int>(D), a.I = static_cast<int>(I), a.G = p.G, a.trace = trace, a.nslots = p.nslots;
     a.nloc = p.nloc;
+    a.prefetch = prefetch_kb >= 0 ? prefetch_kb * 1024 : kPrefetchBytes;
     auto launch = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem));
         launch_pdl(kernel, dim3(static_cast<unsigned>(p.G)), dim3(kThreads), p.smem, s, a);
