@@ -599,7 +599,7 @@ struct Probe {
 // step runs for one row with GRIMOIRE_MLP_FUSED=1), over the same random codes taken as n-tile-major (the order
 // it reads; the bytes are random either way): 1 as the library launches it, 2 without its math (its loads'
 // floor), 3..5 with down's L2 prefetch ahead of the ring at 0, 128 and 384 KB a block (the default is
-// mlp_fp8.cu's). With fused, one more traced launch prints where a block's time goes (mlp_fp8.cu's marks).
+// mlp_fp8.cu's); 6 the fused launches back to back without the norm. With fused, one more traced launch prints where a block's time goes (mlp_fp8.cu's marks).
 template <bool FP8>
 double library_chain_ms(int L, int fused = 0) {
     std::vector<void*> bufs;
@@ -651,6 +651,10 @@ double library_chain_ms(int L, int fused = 0) {
     const double ms = grimoire::bench::time_graph_ms(
         [&](int i, cudaStream_t s) {
             const size_t l = static_cast<size_t>(i % L);
+            if (FP8 && fused == 6) {  // the fused block alone, launch after launch (no norm between)
+                gc::mlp_fp8(gu.f8[l], dn.f8[l], txn, th, ty, ws, s);
+                return;
+            }
             gc::add_rmsnorm(tres, ty, twn, kEps, grimoire::NormKind::PLAIN, txn, s, ahead);
             if constexpr (FP8) {
                 if (fused == 1) {
@@ -883,6 +887,7 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
         record("library_fused_pf0", library_chain_ms<FP8>(L, 3));
         record("library_fused_pf128", library_chain_ms<FP8>(L, 4));
         record("library_fused_pf384", library_chain_ms<FP8>(L, 5));
+        record("library_fused_alone", library_chain_ms<FP8>(L, 6));
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_library", t_fused / t_lib);
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_persist", t_fused / t[0][0]);
     }

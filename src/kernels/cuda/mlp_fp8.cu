@@ -16,12 +16,19 @@
 // streams the same bytes, each as a copy would, in 16-tile (16 KB) bulk copies. A range crosses n-tiles, so
 // only the n-tiles cut by a range's two ends are summed across blocks (at most two per block).
 //
+// Gate | up is streamed in pair order: gate n-tile p, then its partner, up n-tile p + I / 16 (two contiguous
+// runs of the weight; a slot is one or two bulk copies), so a block holds both halves of every pair inside its
+// range and computes those 16 channels of h = silu(g) * u itself. Only the pairs cut by range boundaries are
+// shared: each block stores its piece of them (32 sums) before the grid barrier, and after it every block adds
+// the two pieces of every cut pair (block order) into its own copy of h. So stage A's tail is one round of
+// stores and the barrier, not a chain of global round trips (session 30: four of them cost ~8 us an MLP on
+// the H100 with the memory system loaded by the stream).
+//
 // Inside a block: ring slot k holds the range's tiles 16 k .. 16 k + 15, tile j going to warp j. A warp's tiles
 // run through the n-tiles in order, so it keeps one n-tile's row sums in registers and writes them to a
-// shared table [n-tile][warp][16] when it moves on; the block then adds the 16 warps in order. An n-tile whole
-// inside the range is stored; a cut one is a partial in the workspace, added by the last of its blocks to
-// arrive (a counter per n-tile) in block order. g | u: an n-tile of g and its partner of u meet on a counter
-// per pair; the block bringing the second computes h = silu(g) * u for those 16 channels. All deterministic.
+// shared table [n-tile][warp][16] when it moves on; the block then adds the 16 warps in order. Down: an n-tile
+// whole inside the range is stored; a cut one is a partial in the workspace, added by the last of its blocks to
+// arrive (a counter per n-tile) in block order. All deterministic.
 //
 // Numerics, as the library's one-row path (quant_qmv.cuh) up to the order of the fp32 sums: E4M3 moved exactly
 // into BF16 (a_fragment), x BF16, mma.sync with fp32 accumulation over a chunk, then acc = fma(chunk sum,
@@ -51,13 +58,18 @@ constexpr int kMaxSlots = 8;   // ring slots (as shared memory allows, up to thi
 constexpr int kMaxLocal = 48;  // n-tiles one block's range may touch (the shared table's rows)
 constexpr int kPrefetchBytes = 256 * 1024;  // MlpArgs::prefetch unless a variant asks otherwise
 
-// One stage: a weight of NT n-tiles x KC chunks, nt-major, as U = NT KC / 2 units of two tiles.
+// One stage: a weight of NT n-tiles x KC chunks, nt-major, as U = NT KC / 2 units of two tiles, streamed in
+// the order of its logical n-tiles: the physical ones, or (paired, gate | up) gate p, up p, gate p + 1, ...
 struct StageArgs {
     const uint8_t* words;  // [NT][KC] tiles of kTileBytes
     const float* scales;   // [SN][SG]
     int NT, KC, bn, SG, U;
-    float* part;    // [G][2][16] each block's partial sums of its first / last n-tile where the range cuts them
-    unsigned* cnt;  // [NT] blocks arrived on a cut n-tile, left at zero
+    int paired;
+    float* part;    // down: [G][2][16] each block's partial sums of its first / last n-tile where the range cuts
+                    // them; gate | up: [G][2][32] its pieces (g rows, u rows) of the pairs its range's ends cut
+    unsigned* cnt;  // down: [NT] blocks arrived on a cut n-tile, left at zero
+    // The physical n-tile of logical n-tile l.
+    __host__ __device__ int phys(int l) const { return paired ? (l >> 1) + (l & 1) * (NT / 2) : l; }
 };
 
 struct MlpArgs {
@@ -65,8 +77,6 @@ struct MlpArgs {
     const __nv_bfloat16* x;  // [D]
     __nv_bfloat16* h;        // [I]
     __nv_bfloat16* y;        // [D]
-    float* gu;               // [2 I] g | u as stored (BF16 values in f32)
-    unsigned* pcnt;          // [I / 16] halves of a (g, u) n-tile pair stored, left at zero
     unsigned* bar;           // [2] the grid barrier's counters, left at zero
     unsigned long long* trace;  // benchmark only: [G][kMlpTracePoints] globaltimer, or null
     int D, I;
@@ -80,8 +90,8 @@ struct MlpArgs {
 // (nloc x kWarps x 16 f32), then the ring (nslots x kSlotBytes), each at a 128-byte offset.
 struct Smem {
     uint64_t full[kMaxSlots], empty[kMaxSlots];
-    int cut_last[2];        // whether this block is the last to arrive on its first / last cut n-tile
-    int ready[kMaxLocal];   // stage A: the pair of the block's n-tile ln is complete with this block's store
+    int cut_last[2];               // whether this block is the last to arrive on its first / last cut n-tile
+    float val[kMaxLocal * 16];     // stage A: the block's sums of each logical n-tile it touches
 };
 __host__ __device__ constexpr size_t align128(size_t n) { return (n + 127) / 128 * 128; }
 __host__ __device__ inline size_t xs_offset() { return align128(sizeof(Smem)); }
@@ -157,7 +167,8 @@ __device__ __forceinline__ void chunk_mma(float (&c)[4], const uint4 (&w)[2], ui
     }
 }
 
-// The first `bytes` of the block's tiles [t0, t1) of a stage asked of L2 (bulk prefetches of up to 16 KB).
+// The first `bytes` of the block's tiles [t0, t1) of a stage asked of L2 (bulk prefetches of up to 16 KB; a
+// stage in physical order).
 __device__ void prefetch_head(const StageArgs& s, int t0, int t1, int bytes) {
     const int64_t end = min(static_cast<int64_t>(t1 - t0) * kTileBytes, static_cast<int64_t>(bytes));
     const uint8_t* base = s.words + static_cast<int64_t>(t0) * kTileBytes;
@@ -172,9 +183,15 @@ __device__ void produce(const StageArgs& s, int t0, int t1, Smem& sm, uint8_t* r
     for (int t = t0; t < t1; t += kSlotTiles, ++it) {
         const int slot = it % nslots, use = it / nslots;
         if (use > 0) mbar_wait(&sm.empty[slot], (use - 1) & 1);
-        const unsigned bytes = static_cast<unsigned>(min(kSlotTiles, t1 - t) * kTileBytes);
-        mbar_arrive_tx(&sm.full[slot], bytes);
-        bulk_load(ring + slot * kSlotBytes, s.words + static_cast<int64_t>(t) * kTileBytes, bytes, &sm.full[slot]);
+        const int e = min(t1, t + kSlotTiles);
+        mbar_arrive_tx(&sm.full[slot], static_cast<unsigned>((e - t) * kTileBytes));
+        for (int q = t; q < e;) {  // one copy per logical n-tile the slot crosses (contiguous unless paired)
+            const int l = q / s.KC, c = q - l * s.KC, run = min(e, (l + 1) * s.KC) - q;
+            bulk_load(ring + slot * kSlotBytes + (q - t) * kTileBytes,
+                      s.words + (static_cast<int64_t>(s.phys(l)) * s.KC + c) * kTileBytes,
+                      static_cast<unsigned>(run * kTileBytes), &sm.full[slot]);
+            q += run;
+        }
     }
 }
 
@@ -209,7 +226,7 @@ __device__ void consume(const StageArgs& s, int t0, int t1, Smem& sm, const uint
                 flush();
                 cur = nt, acc0 = acc1 = 0.0f;
             }
-            const float sc = __ldg(s.scales + static_cast<int64_t>(nt * 16 / s.bn) * s.SG + (c >> 1));
+            const float sc = __ldg(s.scales + static_cast<int64_t>(s.phys(nt) * 16 / s.bn) * s.SG + (c >> 1));
             const uint4 xa = xs4[c * 8 + 2 * t], xb = xs4[c * 8 + 2 * t + 1];
             if constexpr (MATH) {
                 float cc[4];
@@ -333,34 +350,32 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     consume<MATH>(A, a0, a1, sm, ring, a.nslots, xs4, red, it);
     mark(2);
     consumers_sync();
-    const int half = A.NT / 2;
-    finish(A, b, G, a0, a1, sm, red, [&](int nt, int row, float v) {
-        a.gu[nt * 16 + row] = __bfloat162float(__float2bfloat16(v));
-    });
     {
-        // Every n-tile this block stored (whole, or cut with this block the last) arrives on its pair's
-        // counter; the second of the pair computes h for its 16 channels.
-        const int nt0 = a0 / A.KC, nloc = a1 > a0 ? (a1 - 1) / A.KC - nt0 + 1 : 0;
-        for (int ln = ct; ln < nloc; ln += kWarps * 32) {
-            const int nt = nt0 + ln;
-            const bool whole = nt * A.KC >= a0 && (nt + 1) * A.KC <= a1;
-            const bool stored = whole || (ln == 0 && sm.cut_last[0]) || (ln == nloc - 1 && ln > 0 && sm.cut_last[1]);
-            int ready = 0;
-            if (stored) {
-                unsigned* pc = a.pcnt + nt % half;
-                __threadfence();
-                ready = atom_add_acq_rel(pc) == 1u;
-                if (ready) atomicExch(pc, 0u);
-            }
-            sm.ready[ln] = ready;
-        }
-        consumers_sync();
+        // The warps' sums of each logical n-tile the range touches; then h for every pair whole in the range, and
+        // this block's pieces of the pairs cut at its ends (part [b][0]: the first, [b][1]: the last).
+        const int nt0 = a0 / A.KC, nloc = (a1 - 1) / A.KC - nt0 + 1, pt = 2 * A.KC;  // pt: tiles a pair
         for (int i = ct; i < nloc * 16; i += kWarps * 32) {
             const int ln = i >> 4, row = i & 15;
-            if (!sm.ready[ln]) continue;
-            const int p = (nt0 + ln) % half;
-            const float gq = __ldcg(a.gu + p * 16 + row), uq = __ldcg(a.gu + (p + half) * 16 + row);
-            a.h[p * 16 + row] = __float2bfloat16(gq * sigmoidf_(gq) * uq);
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) v += red[(ln * kWarps + w) * 16 + row];
+            sm.val[i] = v;
+        }
+        consumers_sync();
+        const int p0 = a0 / pt, p1 = (a1 - 1) / pt;  // the pairs the range touches
+        for (int i = ct; i < (p1 - p0 + 1) * 16; i += kWarps * 32) {
+            const int p = p0 + (i >> 4), row = i & 15;
+            // Logical n-tiles 2 p (g) and 2 p + 1 (u): this block's sums, zero where it has none of the n-tile.
+            const int lg = 2 * p - nt0, lu = lg + 1;
+            const float g = lg >= 0 && lg < nloc ? sm.val[lg * 16 + row] : 0.0f;
+            const float u = lu >= 0 && lu < nloc ? sm.val[lu * 16 + row] : 0.0f;
+            if (p * pt >= a0 && (p + 1) * pt <= a1) {
+                const float gq = __bfloat162float(__float2bfloat16(g)), uq = __bfloat162float(__float2bfloat16(u));
+                a.h[p * 16 + row] = __float2bfloat16(gq * sigmoidf_(gq) * uq);
+            } else {
+                float* d = A.part + (b * 2 + (p == p0 && p * pt < a0 ? 0 : 1)) * 32 + row;
+                __stcg(d, g), __stcg(d + 16, u);
+            }
         }
     }
     zero_red();
@@ -372,8 +387,27 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     asm volatile("griddepcontrol.launch_dependents;");
 
     // ---- stage B: down over h -> y ----
+    // h as the blocks stored it, then every pair cut by a boundary of stage A's ranges from its two pieces (in
+    // block order) over the stale values h holds there; block bb also stores the one after its range into h.
     for (int i = ct; i < pad / 8; i += kWarps * 32)
         xs4[i] = i * 8 < a.I ? __ldcg(reinterpret_cast<const uint4*>(a.h) + i) : make_uint4(0u, 0u, 0u, 0u);
+    consumers_sync();
+    {
+        const int pt = 2 * A.KC;
+        auto* hs = reinterpret_cast<__nv_bfloat16*>(xs4);
+        for (int i = ct; i < (G - 1) * 16; i += kWarps * 32) {
+            const int bb = i >> 4, row = i & 15, T = 2 * range_at(bb + 1, A.U, G);
+            if (T % pt == 0) continue;
+            const float* lo = A.part + (bb * 2 + 1) * 32 + row;
+            const float* hi = A.part + ((bb + 1) * 2) * 32 + row;
+            const float g = __ldcg(lo) + __ldcg(hi), u = __ldcg(lo + 16) + __ldcg(hi + 16);
+            const float gq = __bfloat162float(__float2bfloat16(g)), uq = __bfloat162float(__float2bfloat16(u));
+            const __nv_bfloat16 hv = __float2bfloat16(gq * sigmoidf_(gq) * uq);
+            const int p = T / pt;
+            hs[p * 16 + row] = hv;
+            if (bb == b) a.h[p * 16 + row] = hv;
+        }
+    }
     consumers_sync();
     mark(5);
     consume<MATH>(B, b0, b1, sm, ring, a.nslots, xs4, red, it);
@@ -426,10 +460,11 @@ int most_local(int64_t NT, int64_t KC, int G) {
 Plan plan(int64_t D, int64_t I) {
     Plan p;
     p.G = sm_count();
-    // Every block's range non-empty in both stages (U >= G: the cut n-tiles' arrivals count the blocks between
-    // their ends), and tile offsets in int.
+    // Every block's range non-empty in down (U >= G: the cut n-tiles' arrivals count the blocks between their
+    // ends) and at least a pair (2 KC tiles) in gate | up (a pair is then cut by at most one boundary), and tile
+    // offsets in int.
     if (p.G < 1 || D % 128 != 0 || I % 128 != 0 || 2 * I * D / 128 >= (int64_t{1} << 31) / 1024 ||
-        2 * I / 16 * (D / 128) < p.G || D / 16 * (I / 128) < p.G)
+        2 * I / 16 * (D / 128) / p.G < D / 64 || D / 16 * (I / 128) < p.G)
         return p;
     p.nloc = std::max(most_local(2 * I / 16, D / 64, p.G), most_local(D / 16, I / 64, p.G));
     // As many ring slots as shared memory holds, up to kMaxSlots (the ring is most of the bytes in flight).
@@ -438,8 +473,8 @@ Plan plan(int64_t D, int64_t I) {
     const size_t fixed = ring_offset(static_cast<int>(D), static_cast<int>(I), p.nloc) + 2048;
     p.nslots = max_smem() > fixed ? static_cast<int>(std::min<size_t>(kMaxSlots, (max_smem() - fixed) / kSlotBytes)) : 0;
     p.smem = fixed + static_cast<size_t>(p.nslots) * kSlotBytes;
-    p.partial_bytes = static_cast<size_t>(2 * I + 2 * p.G * 2 * 16) * sizeof(float);
-    p.counters = static_cast<int>(2 * I / 16 + D / 16 + I / 16 + 2);
+    p.partial_bytes = static_cast<size_t>(p.G * 2 * 32 + p.G * 2 * 16) * sizeof(float);
+    p.counters = static_cast<int>(D / 16 + 2);
     return p;
 }
 
@@ -489,11 +524,10 @@ void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x,
         st.U = static_cast<int>(w.NT * w.KC / 2);
         st.part = part, st.cnt = c;
     };
-    a.gu = ws.partials;
-    stage(a.st[0], gate_up, ws.partials + 2 * I, cnt);
-    stage(a.st[1], down, ws.partials + 2 * I + p.G * 32, cnt + 2 * I / 16);
-    a.pcnt = cnt + 2 * I / 16 + D / 16;
-    a.bar = a.pcnt + I / 16;
+    stage(a.st[0], gate_up, ws.partials, nullptr);
+    a.st[0].paired = 1;
+    stage(a.st[1], down, ws.partials + p.G * 64, cnt);
+    a.bar = cnt + D / 16;
     a.x = static_cast<const __nv_bfloat16*>(x.data);
     a.h = static_cast<__nv_bfloat16*>(h.data), a.y = static_cast<__nv_bfloat16*>(y.data);
     a.D = static_cast<int>(D), a.I = static_cast<int>(I), a.G = p.G, a.trace = trace, a.nslots = p.nslots;
