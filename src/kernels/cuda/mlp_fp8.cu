@@ -57,6 +57,7 @@ constexpr int kSlotBytes = kSlotTiles * kTileBytes;
 constexpr int kMaxSlots = 8;   // ring slots (as shared memory allows, up to this)
 constexpr int kMaxLocal = 48;  // n-tiles one block's range may touch (the shared table's rows)
 constexpr int kPrefetchBytes = 256 * 1024;  // MlpArgs::prefetch unless a variant asks otherwise
+constexpr int kStageBatch = 8;  // 16-byte pieces of x / h (and cut pairs' rows) a consumer thread stages
 
 // One stage: a weight of NT n-tiles x KC chunks, nt-major, as U = NT KC / 2 units of two tiles, streamed in
 // the order of its logical n-tiles: the physical ones, or (paired, gate | up) gate p, up p, gate p + 1, ...
@@ -151,6 +152,24 @@ using qmm::mbar_arrive_tx;
 using qmm::mbar_init;
 __device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned parity) {
     qmm::mbar_wait_bounded(b, parity, kTimeoutNs);
+}
+
+// x or h into shared memory: each consumer thread loads its (up to) kStageBatch 16-byte pieces of n valid ones
+// (zeros past n, up to total <= kStageBatch x the consumer threads: plan checks) before storing any, so the
+// staging is one round trip.
+__device__ __forceinline__ void stage_load(uint4 (&v)[kStageBatch], const uint4* src, int n) {
+    const int ct = static_cast<int>(threadIdx.x);
+#pragma unroll
+    for (int j = 0; j < kStageBatch; ++j) {
+        const int i = ct + j * kWarps * 32;
+        v[j] = i < n ? __ldcg(src + i) : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+__device__ __forceinline__ void stage_store(uint4* dst, const uint4 (&v)[kStageBatch], int total) {
+    const int ct = static_cast<int>(threadIdx.x);
+#pragma unroll
+    for (int j = 0; j < kStageBatch; ++j)
+        if (ct + j * kWarps * 32 < total) dst[ct + j * kWarps * 32] = v[j];
 }
 
 // The A fragment's four k-tiles of one chunk tile against the chunk of x (lane t's 16 channels), into c.
@@ -341,8 +360,11 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     zero_red();
     // x (the previous kernel's output) and the workspace only once the previous grid has completed.
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    for (int i = ct; i < pad / 8; i += kWarps * 32)
-        xs4[i] = i * 8 < a.D ? __ldcg(reinterpret_cast<const uint4*>(a.x) + i) : make_uint4(0u, 0u, 0u, 0u);
+    {
+        uint4 v[kStageBatch];
+        stage_load(v, reinterpret_cast<const uint4*>(a.x), a.D / 8);
+        stage_store(xs4, v, pad / 8);
+    }
     consumers_sync();
     mark(1);
 
@@ -389,23 +411,38 @@ __global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
     // ---- stage B: down over h -> y ----
     // h as the blocks stored it, then every pair cut by a boundary of stage A's ranges from its two pieces (in
     // block order) over the stale values h holds there; block bb also stores the one after its range into h.
-    for (int i = ct; i < pad / 8; i += kWarps * 32)
-        xs4[i] = i * 8 < a.I ? __ldcg(reinterpret_cast<const uint4*>(a.h) + i) : make_uint4(0u, 0u, 0u, 0u);
-    consumers_sync();
+    // Every load is issued before the first store (one round trip: under the weight stream each costs ~1 us).
     {
         const int pt = 2 * A.KC;
-        auto* hs = reinterpret_cast<__nv_bfloat16*>(xs4);
-        for (int i = ct; i < (G - 1) * 16; i += kWarps * 32) {
-            const int bb = i >> 4, row = i & 15, T = 2 * range_at(bb + 1, A.U, G);
-            if (T % pt == 0) continue;
+        uint4 v[kStageBatch];
+        float q[kStageBatch][4];
+        stage_load(v, reinterpret_cast<const uint4*>(a.h), a.I / 8);
+        auto cut_pair = [&](int j) {  // item ct + j S: boundary bb, row; -1 where there is no cut there
+            const int i = ct + j * kWarps * 32, bb = i >> 4;
+            if (i >= (G - 1) * 16) return -1;
+            const int T = 2 * range_at(bb + 1, A.U, G);
+            return T % pt == 0 ? -1 : T / pt;
+        };
+#pragma unroll
+        for (int j = 0; j < kStageBatch; ++j) {
+            const int i = ct + j * kWarps * 32, bb = i >> 4, row = i & 15;
+            if (cut_pair(j) < 0) continue;
             const float* lo = A.part + (bb * 2 + 1) * 32 + row;
             const float* hi = A.part + ((bb + 1) * 2) * 32 + row;
-            const float g = __ldcg(lo) + __ldcg(hi), u = __ldcg(lo + 16) + __ldcg(hi + 16);
-            const float gq = __bfloat162float(__float2bfloat16(g)), uq = __bfloat162float(__float2bfloat16(u));
+            q[j][0] = __ldcg(lo), q[j][1] = __ldcg(hi), q[j][2] = __ldcg(lo + 16), q[j][3] = __ldcg(hi + 16);
+        }
+        stage_store(xs4, v, pad / 8);
+        consumers_sync();
+        auto* hs = reinterpret_cast<__nv_bfloat16*>(xs4);
+#pragma unroll
+        for (int j = 0; j < kStageBatch; ++j) {
+            const int p = cut_pair(j), i = ct + j * kWarps * 32, row = i & 15;
+            if (p < 0) continue;
+            const float gq = __bfloat162float(__float2bfloat16(q[j][0] + q[j][1]));
+            const float uq = __bfloat162float(__float2bfloat16(q[j][2] + q[j][3]));
             const __nv_bfloat16 hv = __float2bfloat16(gq * sigmoidf_(gq) * uq);
-            const int p = T / pt;
             hs[p * 16 + row] = hv;
-            if (bb == b) a.h[p * 16 + row] = hv;
+            if ((i >> 4) == b) a.h[p * 16 + row] = hv;
         }
     }
     consumers_sync();
@@ -466,6 +503,8 @@ Plan plan(int64_t D, int64_t I) {
     if (p.G < 1 || D % 128 != 0 || I % 128 != 0 || 2 * I * D / 128 >= (int64_t{1} << 31) / 1024 ||
         2 * I / 16 * (D / 128) / p.G < D / 64 || D / 16 * (I / 128) < p.G)
         return p;
+    // x / h and the cut pairs' rows staged in one batch a thread (stage_load).
+    if (std::max(D, I) / 8 > kStageBatch * kWarps * 32 || (p.G - 1) * 16 > kStageBatch * kWarps * 32) return p;
     p.nloc = std::max(most_local(2 * I / 16, D / 64, p.G), most_local(D / 16, I / 64, p.G));
     // As many ring slots as shared memory holds, up to kMaxSlots (the ring is most of the bytes in flight).
     // (2 KB kept back: the kernel's own static shared memory and the system's reservation, which the opt-in limit
