@@ -598,7 +598,7 @@ struct Probe {
 // fused (FP8) > 0: gate | up, silu_mul and down as the one persistent launch of cuda::mlp_fp8 (what the decode
 // step runs for one row with GRIMOIRE_MLP_FUSED=1), over the same random codes taken as n-tile-major (the order
 // it reads; the bytes are random either way): 1 as the library launches it, 2 without its math (its loads'
-// floor), 3..5 with down's L2 prefetch ahead of the ring at 0, 128 and 384 KB a block (the default is
+// floor), 3..5 with down's L2 prefetch ahead of the ring at 256, 128 and 384 KB a block (the default is
 // mlp_fp8.cu's); 6 the fused launches back to back without the norm. With fused, one more traced launch prints where a block's time goes (mlp_fp8.cu's marks).
 template <bool FP8>
 double library_chain_ms(int L, int fused = 0) {
@@ -661,8 +661,8 @@ double library_chain_ms(int L, int fused = 0) {
                     gc::mlp_fp8(gu.f8[l], dn.f8[l], txn, th, ty, ws, s);
                     return;
                 }
-                if (fused >= 2) {  // 2: no math; 3, 4, 5: down's L2 prefetch ahead of the ring at 0, 128, 384 KB
-                    const int pf[6] = {-1, -1, -1, 0, 128, 384};
+                if (fused >= 2) {  // 2: no math; 3, 4, 5: down's L2 prefetch ahead of the ring at 256, 128, 384 KB
+                    const int pf[6] = {-1, -1, -1, 256, 128, 384};
                     gc::mlp_fp8_variant(gu.f8[l], dn.f8[l], txn, th, ty, ws, s, fused != 2, nullptr, pf[fused]);
                     return;
                 }
@@ -884,7 +884,7 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
     if constexpr (FP8) {
         const double t_fused = record("library_fused", library_chain_ms<FP8>(L, 1));
         record("library_fused_loads", library_chain_ms<FP8>(L, 2));
-        record("library_fused_pf0", library_chain_ms<FP8>(L, 3));
+        record("library_fused_pf256", library_chain_ms<FP8>(L, 3));
         record("library_fused_pf128", library_chain_ms<FP8>(L, 4));
         record("library_fused_pf384", library_chain_ms<FP8>(L, 5));
         record("library_fused_alone", library_chain_ms<FP8>(L, 6));

@@ -56,7 +56,9 @@ constexpr int kSlotTiles = 16;    // a ring slot: one tile a consumer warp
 constexpr int kSlotBytes = kSlotTiles * kTileBytes;
 constexpr int kMaxSlots = 8;   // ring slots (as shared memory allows, up to this)
 constexpr int kMaxLocal = 48;  // n-tiles one block's range may touch (the shared table's rows)
-constexpr int kPrefetchBytes = 256 * 1024;  // MlpArgs::prefetch unless a variant asks otherwise
+// MlpArgs::prefetch unless a variant asks otherwise: none. 128-384 KB a block measured slower (H100, session 30:
+// 119.6-122.3 us a 27B MLP against 118.8 without), the L2 traffic delaying the stage change's own loads.
+constexpr int kPrefetchBytes = 0;
 constexpr int kStageBatch = 8;  // 16-byte pieces of x / h (and cut pairs' rows) a consumer thread stages
 
 // One stage: a weight of NT n-tiles x KC chunks, nt-major, as U = NT KC / 2 units of two tiles, streamed in
@@ -102,9 +104,10 @@ __host__ __device__ inline size_t red_offset(int D, int I) {
 __host__ __device__ inline size_t ring_offset(int D, int I, int nloc) {
     return red_offset(D, I) + align128(static_cast<size_t>(nloc) * kWarps * 16 * 4);
 }
-// Block b's range of a stage's units: [range_at(b), range_at(b + 1)).
+// Block b's range of a stage's units: [range_at(b), range_at(b + 1)). 32-bit (plan checks G U < 2^32): the
+// stage changes compute it for every boundary, and a 64-bit division is a ~70-instruction routine.
 __host__ __device__ inline int range_at(int b, int U, int G) {
-    return static_cast<int>(static_cast<int64_t>(b) * U / G);
+    return static_cast<int>(static_cast<unsigned>(b) * static_cast<unsigned>(U) / static_cast<unsigned>(G));
 }
 
 // Device code for sm_90 only (bulk copies, mbarriers); other passes see the kernel's empty body.
@@ -503,8 +506,11 @@ Plan plan(int64_t D, int64_t I) {
     if (p.G < 1 || D % 128 != 0 || I % 128 != 0 || 2 * I * D / 128 >= (int64_t{1} << 31) / 1024 ||
         2 * I / 16 * (D / 128) / p.G < D / 64 || D / 16 * (I / 128) < p.G)
         return p;
-    // x / h and the cut pairs' rows staged in one batch a thread (stage_load).
-    if (std::max(D, I) / 8 > kStageBatch * kWarps * 32 || (p.G - 1) * 16 > kStageBatch * kWarps * 32) return p;
+    // x / h and the cut pairs' rows staged in one batch a thread (stage_load); range_at in 32 bits.
+    if (std::max(D, I) / 8 > kStageBatch * kWarps * 32 || (p.G - 1) * 16 > kStageBatch * kWarps * 32 ||
+        static_cast<int64_t>(p.G + 1) * (2 * I / 16) * (D / 128) >= (int64_t{1} << 32) ||
+        static_cast<int64_t>(p.G + 1) * (D / 16) * (I / 128) >= (int64_t{1} << 32))
+        return p;
     p.nloc = std::max(most_local(2 * I / 16, D / 64, p.G), most_local(D / 16, I / 64, p.G));
     // As many ring slots as shared memory holds, up to kMaxSlots (the ring is most of the bytes in flight).
     // (2 KB kept back: the kernel's own static shared memory and the system's reservation, which the opt-in limit
