@@ -318,8 +318,13 @@ __device__ void finish(const StageArgs& s, int b, int G, int t0, int t1, Smem& s
 #endif
 
 // MATH false: the consumers take the tiles without computing (a benchmark floor).
+// At most kMaxRegs registers a thread (the compiler's choice was 95): the one-row add_rmsnorm in front of the
+// block (640 threads x 32 registers) must fit on an SM beside it, or the SM that runs the norm starts its block
+// of the next MLP only when the norm ends, and every other block waits for it at the grid barrier (H100,
+// session 30: ~10 us an MLP layer between two fused launches with the norm against none).
+constexpr int kMaxRegs = 80;
 template <bool MATH>
-__global__ void __launch_bounds__(kThreads, 1) mlp_fp8_kernel(MlpArgs a) {
+__global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t smem_raw[];
     Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
