@@ -113,8 +113,8 @@ __host__ __device__ inline int range_at(int b, int U, int G) {
 // Device code for sm_90 only (bulk copies, mbarriers); other passes see the kernel's empty body.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // mlp_fp8_variant's trace points: consumers start, x staged, stage A's tiles done, its n-tiles stored, past the
-// grid barrier, h staged, stage B's tiles done, its n-tiles stored.
-constexpr int kMlpTracePoints = 8;
+// grid barrier, h loaded, the cut pairs added (h staged), stage B's tiles done, its n-tiles stored.
+constexpr int kMlpTracePoints = 9;
 constexpr uint64_t kTimeoutNs = 4000000000ull;  // a wait this long is a bug: trap, don't hang the card
 
 // The block whose range holds unit u < U (every range is non-empty: plan asks U >= G).
@@ -441,6 +441,7 @@ __global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
         }
         stage_store(xs4, v, pad / 8);
         consumers_sync();
+        mark(5);
         auto* hs = reinterpret_cast<__nv_bfloat16*>(xs4);
 #pragma unroll
         for (int j = 0; j < kStageBatch; ++j) {
@@ -454,12 +455,12 @@ __global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
         }
     }
     consumers_sync();
-    mark(5);
-    consume<MATH>(B, b0, b1, sm, ring, a.nslots, xs4, red, it);
     mark(6);
+    consume<MATH>(B, b0, b1, sm, ring, a.nslots, xs4, red, it);
+    mark(7);
     consumers_sync();
     finish(B, b, G, b0, b1, sm, red, [&](int nt, int row, float v) { a.y[nt * 16 + row] = __float2bfloat16(v); });
-    mark(7);
+    mark(8);
 #else
     (void)a;
 #endif

@@ -115,7 +115,7 @@ void mlp_fp8_workspace_need(int64_t D, int64_t I, size_t* partial_bytes, int* n_
 void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
              const QmmWorkspace& ws, cudaStream_t s);
 // Benchmark variants: math false takes the tiles without computing (h, y meaningless: the streaming floor);
-// trace non-null receives [grid][8] globaltimer marks; prefetch_kb >= 0 sets how much of down's range each block
+// trace non-null receives [grid][9] globaltimer marks; prefetch_kb >= 0 sets how much of down's range each block
 // asks of L2 ahead of its ring (mlp_fp8.cu; the default otherwise).
 void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
                      const QmmWorkspace& ws, cudaStream_t s, bool math, unsigned long long* trace = nullptr,
