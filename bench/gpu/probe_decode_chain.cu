@@ -599,7 +599,7 @@ struct Probe {
 // step runs for one row with GRIMOIRE_MLP_FUSED=1), over the same random codes taken as n-tile-major (the order
 // it reads; the bytes are random either way): 1 as the library launches it, 2 without its math (its loads'
 // floor), 3..5 with down's L2 prefetch ahead of the ring at 256, 128 and 384 KB a block (the default is
-// mlp_fp8.cu's); 6 the fused launches back to back without the norm. With fused, one more traced launch prints where a block's time goes (mlp_fp8.cu's marks).
+// mlp_fp8.cu's); 6 the fused launches back to back without the norm; 7 without scale loads (wrong results). With fused, one more traced launch prints where a block's time goes (mlp_fp8.cu's marks).
 template <bool FP8>
 double library_chain_ms(int L, int fused = 0) {
     std::vector<void*> bufs;
@@ -661,9 +661,10 @@ double library_chain_ms(int L, int fused = 0) {
                     gc::mlp_fp8(gu.f8[l], dn.f8[l], txn, th, ty, ws, s);
                     return;
                 }
-                if (fused >= 2) {  // 2: no math; 3, 4, 5: down's L2 prefetch ahead of the ring at 256, 128, 384 KB
-                    const int pf[6] = {-1, -1, -1, 256, 128, 384};
-                    gc::mlp_fp8_variant(gu.f8[l], dn.f8[l], txn, th, ty, ws, s, fused != 2, nullptr, pf[fused]);
+                if (fused >= 2) {  // 2: no math; 3, 4, 5: down's L2 prefetch at 256, 128, 384 KB; 7: no scale loads
+                    const int pf[8] = {-1, -1, -1, 256, 128, 384, -1, -1};
+                    gc::mlp_fp8_variant(gu.f8[l], dn.f8[l], txn, th, ty, ws, s, fused == 2 ? 0 : fused == 7 ? 2 : 1, nullptr,
+                                        pf[fused]);
                     return;
                 }
                 gc::qmm_fp8(gu.f8[l], txn, tgu, ws, s);
@@ -694,7 +695,7 @@ double library_chain_ms(int L, int fused = 0) {
             check(cudaStreamCreate(&ts), "stream");
             for (int k = 0; k < 2; ++k) {
                 gc::add_rmsnorm(tres, ty, twn, kEps, grimoire::NormKind::PLAIN, txn, ts, ahead);
-                gc::mlp_fp8_variant(gu.f8[k], dn.f8[k], txn, th, ty, ws, ts, true, tr + k * n);
+                gc::mlp_fp8_variant(gu.f8[k], dn.f8[k], txn, th, ty, ws, ts, 1, tr + k * n);
             }
             check(cudaStreamSynchronize(ts), "traced launch");
             cudaStreamDestroy(ts);
@@ -896,6 +897,7 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
         record("library_fused_pf128", library_chain_ms<FP8>(L, 4));
         record("library_fused_pf384", library_chain_ms<FP8>(L, 5));
         record("library_fused_alone", library_chain_ms<FP8>(L, 6));
+        record("library_fused_noscale", library_chain_ms<FP8>(L, 7));
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_library", t_fused / t_lib);
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_persist", t_fused / t[0][0]);
     }

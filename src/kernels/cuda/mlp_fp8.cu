@@ -219,7 +219,9 @@ __device__ void produce(const StageArgs& s, int t0, int t1, Smem& sm, uint8_t* r
 
 // Consumers: warp w takes tile 16 k + w of the range from slot k; its row sums of each n-tile go to
 // red [n-tile - t0 / KC][warp][16] (rows of n-tiles it has no tile of stay as zeroed).
-template <bool MATH>
+// MODE (mlp_fp8_variant's math): 1 the block's math; 0 none (the tiles taken without computing); 2 the math
+// with every scale 1 (no scale loads: wrong results, the scales' cost).
+template <int MODE>
 __device__ void consume(const StageArgs& s, int t0, int t1, Smem& sm, const uint8_t* ring, int nslots,
                         const uint4* xs4, float* red, int& it) {
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -228,6 +230,11 @@ __device__ void consume(const StageArgs& s, int t0, int t1, Smem& sm, const uint
     int i = t0 + warp, nt = i / s.KC, c = i - nt * s.KC;  // this warp's next tile
     int cur = nt;
     float acc0 = 0.0f, acc1 = 0.0f;
+    // The next tile's scale is loaded one tile ahead (under the stream an L1 miss waits on L2 for microseconds);
+    // srow is the scale row of n-tile nt.
+    auto scale_row = [&](int n) { return s.scales + static_cast<int64_t>(s.phys(n) * 16 / s.bn) * s.SG; };
+    const float* srow = scale_row(nt);
+    float sc = MODE != 2 && i < t1 ? __ldg(srow + (c >> 1)) : 1.0f;
     auto flush = [&]() {
         if (t == 0) {
             float* r = red + ((cur - nt0) * kWarps + warp) * 16;
@@ -248,9 +255,8 @@ __device__ void consume(const StageArgs& s, int t0, int t1, Smem& sm, const uint
                 flush();
                 cur = nt, acc0 = acc1 = 0.0f;
             }
-            const float sc = __ldg(s.scales + static_cast<int64_t>(s.phys(nt) * 16 / s.bn) * s.SG + (c >> 1));
             const uint4 xa = xs4[c * 8 + 2 * t], xb = xs4[c * 8 + 2 * t + 1];
-            if constexpr (MATH) {
+            if constexpr (MODE != 0) {
                 float cc[4];
                 chunk_mma(cc, w, xa, xb);
                 acc0 = fmaf(cc[0], sc, acc0), acc1 = fmaf(cc[2], sc, acc1);
@@ -258,7 +264,10 @@ __device__ void consume(const StageArgs& s, int t0, int t1, Smem& sm, const uint
                 acc0 += __uint_as_float((w[0].x ^ w[1].y ^ xa.x) & 0x3FFFFFFFu) * sc;
             }
             // On by 16 tiles: the next chunk, into the next n-tile(s) past the end of this one.
+            const int was = nt;
             for (c += kSlotTiles; c >= s.KC; c -= s.KC) ++nt;
+            if (nt != was) srow = scale_row(nt);
+            if (MODE != 2 && i + kSlotTiles < t1) sc = __ldg(srow + (c >> 1));
         } else if (lane == 0) {
             mbar_arrive(&sm.empty[slot]);  // no tile of this warp's here: its arrival all the same
         }
@@ -317,13 +326,13 @@ __device__ void finish(const StageArgs& s, int b, int G, int t0, int t1, Smem& s
 }
 #endif
 
-// MATH false: the consumers take the tiles without computing (a benchmark floor).
+// MODE as consume's: 1 the library's launch, 0 and 2 benchmark variants.
 // At most kMaxRegs registers a thread (the compiler's choice was 95): the one-row add_rmsnorm in front of the
 // block (640 threads x 32 registers) must fit on an SM beside it, or the SM that runs the norm starts its block
 // of the next MLP only when the norm ends, and every other block waits for it at the grid barrier (H100,
 // session 30: ~10 us an MLP layer between two fused launches with the norm against none).
 constexpr int kMaxRegs = 80;
-template <bool MATH>
+template <int MODE>
 __global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -377,7 +386,7 @@ __global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
     mark(1);
 
     // ---- stage A: gate | up -> g | u, then h where a pair is complete ----
-    consume<MATH>(A, a0, a1, sm, ring, a.nslots, xs4, red, it);
+    consume<MODE>(A, a0, a1, sm, ring, a.nslots, xs4, red, it);
     mark(2);
     consumers_sync();
     {
@@ -456,7 +465,7 @@ __global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
     }
     consumers_sync();
     mark(6);
-    consume<MATH>(B, b0, b1, sm, ring, a.nslots, xs4, red, it);
+    consume<MODE>(B, b0, b1, sm, ring, a.nslots, xs4, red, it);
     mark(7);
     consumers_sync();
     finish(B, b, G, b0, b1, sm, red, [&](int nt, int row, float v) { a.y[nt * 16 + row] = __float2bfloat16(v); });
@@ -551,11 +560,11 @@ bool mlp_fp8_ok(const Fp8Dev& gate_up, const Fp8Dev& down) {
 
 void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
              const QmmWorkspace& ws, cudaStream_t s) {
-    mlp_fp8_variant(gate_up, down, x, h, y, ws, s, true);
+    mlp_fp8_variant(gate_up, down, x, h, y, ws, s, 1);
 }
 
 void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
-                     const QmmWorkspace& ws, cudaStream_t s, bool math, unsigned long long* trace,
+                     const QmmWorkspace& ws, cudaStream_t s, int math, unsigned long long* trace,
                      int prefetch_kb) {
     if (!mlp_fp8_ok(gate_up, down)) throw Error("cuda mlp_fp8: weights this kernel does not take (mlp_fp8_ok)");
     const int64_t D = gate_up.K, I = down.K;
@@ -588,7 +597,7 @@ void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x,
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem));
         launch_pdl(kernel, dim3(static_cast<unsigned>(p.G)), dim3(kThreads), p.smem, s, a);
     };
-    math ? launch(mlp_fp8_kernel<true>) : launch(mlp_fp8_kernel<false>);
+    math == 1 ? launch(mlp_fp8_kernel<1>) : math == 2 ? launch(mlp_fp8_kernel<2>) : launch(mlp_fp8_kernel<0>);
     check_launch("mlp_fp8");
 }
 

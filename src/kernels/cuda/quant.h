@@ -114,11 +114,12 @@ bool mlp_fp8_ok(const Fp8Dev& gate_up, const Fp8Dev& down);
 void mlp_fp8_workspace_need(int64_t D, int64_t I, size_t* partial_bytes, int* n_counters);
 void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
              const QmmWorkspace& ws, cudaStream_t s);
-// Benchmark variants: math false takes the tiles without computing (h, y meaningless: the streaming floor);
+// Benchmark variants: math 1 the kernel as mlp_fp8 runs it, 0 the tiles taken without computing (h, y
+// meaningless: the streaming floor), 2 the math with every scale 1 (wrong results: the scale loads' cost);
 // trace non-null receives [grid][9] globaltimer marks; prefetch_kb >= 0 sets how much of down's range each block
 // asks of L2 ahead of its ring (mlp_fp8.cu; the default otherwise).
 void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
-                     const QmmWorkspace& ws, cudaStream_t s, bool math, unsigned long long* trace = nullptr,
+                     const QmmWorkspace& ws, cudaStream_t s, int math, unsigned long long* trace = nullptr,
                      int prefetch_kb = -1);
 
 // out [N, K] BF16 or F32 = the dequantized weight in the checkpoint's channel order.
