@@ -86,11 +86,13 @@ struct MlpArgs {
     int G;       // grid blocks
     int nslots;  // ring slots (<= kMaxSlots)
     int nloc;    // rows of the shared n-tile table (the most n-tiles a block's range touches, either stage)
+    int nsc[2];  // floats of each stage's scale table (its most n-tiles a block touches x SG)
     int prefetch;  // bytes of down's range each block asks of L2 once gate | up's last slot is issued
 };
 
 // Shared memory: this header, then x (later h: BF16, max(D, I) padded to 64 channels), the n-tile table
-// (nloc x kWarps x 16 f32), then the ring (nslots x kSlotBytes), each at a 128-byte offset.
+// (nloc x kWarps x 16 f32), the two stages' scale tables (nsc[0] + nsc[1] f32), then the ring (nslots x
+// kSlotBytes), each at a 128-byte offset.
 struct Smem {
     uint64_t full[kMaxSlots], empty[kMaxSlots];
     int cut_last[2];               // whether this block is the last to arrive on its first / last cut n-tile
@@ -101,8 +103,11 @@ __host__ __device__ inline size_t xs_offset() { return align128(sizeof(Smem)); }
 __host__ __device__ inline size_t red_offset(int D, int I) {
     return xs_offset() + align128(static_cast<size_t>((max(D, I) + 63) / 64 * 64) * 2);
 }
-__host__ __device__ inline size_t ring_offset(int D, int I, int nloc) {
+__host__ __device__ inline size_t sc_offset(int D, int I, int nloc) {
     return red_offset(D, I) + align128(static_cast<size_t>(nloc) * kWarps * 16 * 4);
+}
+__host__ __device__ inline size_t ring_offset(int D, int I, int nloc, int nsc) {
+    return sc_offset(D, I, nloc) + align128(static_cast<size_t>(nsc) * 4);
 }
 // Block b's range of a stage's units: [range_at(b), range_at(b + 1)). 32-bit (plan checks G U < 2^32): the
 // stage changes compute it for every boundary, and a 64-bit division is a ~70-instruction routine.
@@ -175,6 +180,24 @@ __device__ __forceinline__ void stage_store(uint4* dst, const uint4 (&v)[kStageB
         if (ct + j * kWarps * 32 < total) dst[ct + j * kWarps * 32] = v[j];
 }
 
+// A stage's scales of the logical n-tiles [t0 / KC, (t1 - 1) / KC] into dst [local n-tile][SG], every load of a
+// round issued before its stores.
+__device__ void stage_scales(const StageArgs& s, int t0, int t1, float* dst) {
+    const int ct = static_cast<int>(threadIdx.x), nt0 = t0 / s.KC, n = ((t1 - 1) / s.KC - nt0 + 1) * s.SG;
+    for (int base = 0; base < n; base += kStageBatch * kWarps * 32) {
+        float v[kStageBatch];
+#pragma unroll
+        for (int j = 0; j < kStageBatch; ++j) {
+            const int i = base + ct + j * kWarps * 32, ln = i / s.SG;
+            v[j] = i < n ? __ldg(s.scales + static_cast<int64_t>(s.phys(nt0 + ln) * 16 / s.bn) * s.SG + (i - ln * s.SG))
+                         : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < kStageBatch; ++j)
+            if (base + ct + j * kWarps * 32 < n) dst[base + ct + j * kWarps * 32] = v[j];
+    }
+}
+
 // The A fragment's four k-tiles of one chunk tile against the chunk of x (lane t's 16 channels), into c.
 __device__ __forceinline__ void chunk_mma(float (&c)[4], const uint4 (&w)[2], uint4 xa, uint4 xb) {
     const uint32_t b0[4] = {xa.x, xa.z, xb.x, xb.z}, b1[4] = {xa.y, xa.w, xb.y, xb.w};
@@ -223,18 +246,14 @@ __device__ void produce(const StageArgs& s, int t0, int t1, Smem& sm, uint8_t* r
 // with every scale 1 (no scale loads: wrong results, the scales' cost).
 template <int MODE>
 __device__ void consume(const StageArgs& s, int t0, int t1, Smem& sm, const uint8_t* ring, int nslots,
-                        const uint4* xs4, float* red, int& it) {
+                        const uint4* xs4, const float* ssc, float* red, int& it) {
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int t = lane & 3, g = lane >> 2;
     const int nt0 = t0 / s.KC;
     int i = t0 + warp, nt = i / s.KC, c = i - nt * s.KC;  // this warp's next tile
     int cur = nt;
     float acc0 = 0.0f, acc1 = 0.0f;
-    // The next tile's scale is loaded one tile ahead (under the stream an L1 miss waits on L2 for microseconds);
-    // srow is the scale row of n-tile nt.
-    auto scale_row = [&](int n) { return s.scales + static_cast<int64_t>(s.phys(n) * 16 / s.bn) * s.SG; };
-    const float* srow = scale_row(nt);
-    float sc = MODE != 2 && i < t1 ? __ldg(srow + (c >> 1)) : 1.0f;
+
     auto flush = [&]() {
         if (t == 0) {
             float* r = red + ((cur - nt0) * kWarps + warp) * 16;
@@ -256,6 +275,7 @@ __device__ void consume(const StageArgs& s, int t0, int t1, Smem& sm, const uint
                 cur = nt, acc0 = acc1 = 0.0f;
             }
             const uint4 xa = xs4[c * 8 + 2 * t], xb = xs4[c * 8 + 2 * t + 1];
+            const float sc = MODE == 2 ? 1.0f : ssc[(nt - nt0) * s.SG + (c >> 1)];
             if constexpr (MODE != 0) {
                 float cc[4];
                 chunk_mma(cc, w, xa, xb);
@@ -264,10 +284,7 @@ __device__ void consume(const StageArgs& s, int t0, int t1, Smem& sm, const uint
                 acc0 += __uint_as_float((w[0].x ^ w[1].y ^ xa.x) & 0x3FFFFFFFu) * sc;
             }
             // On by 16 tiles: the next chunk, into the next n-tile(s) past the end of this one.
-            const int was = nt;
             for (c += kSlotTiles; c >= s.KC; c -= s.KC) ++nt;
-            if (nt != was) srow = scale_row(nt);
-            if (MODE != 2 && i + kSlotTiles < t1) sc = __ldg(srow + (c >> 1));
         } else if (lane == 0) {
             mbar_arrive(&sm.empty[slot]);  // no tile of this warp's here: its arrival all the same
         }
@@ -340,7 +357,8 @@ __global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
     const int pad = (max(a.D, a.I) + 63) / 64 * 64;
     uint4* xs4 = reinterpret_cast<uint4*>(smem_raw + xs_offset());  // x, then h: [pad] BF16
     float* red = reinterpret_cast<float*>(smem_raw + red_offset(a.D, a.I));
-    uint8_t* ring = smem_raw + ring_offset(a.D, a.I, a.nloc);
+    float* sca = reinterpret_cast<float*>(smem_raw + sc_offset(a.D, a.I, a.nloc));  // A's, then B's
+    uint8_t* ring = smem_raw + ring_offset(a.D, a.I, a.nloc, a.nsc[0] + a.nsc[1]);
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int b = static_cast<int>(blockIdx.x), G = a.G;
     const StageArgs& A = a.st[0];
@@ -375,6 +393,11 @@ __global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
     };
     mark(0);
     zero_red();
+    // Both stages' scales of the n-tiles this block touches, [local n-tile][SG], before the programmatic-launch
+    // wait (they are weights). Read from global memory inside the stream, every tile's scale load missed L1 and
+    // waited on L2 for microseconds (H100, session 30: ~10 us a 27B MLP against the math with every scale 1).
+    stage_scales(A, a0, a1, sca);
+    stage_scales(B, b0, b1, sca + a.nsc[0]);
     // x (the previous kernel's output) and the workspace only once the previous grid has completed.
     asm volatile("griddepcontrol.wait;" ::: "memory");
     {
@@ -386,7 +409,7 @@ __global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
     mark(1);
 
     // ---- stage A: gate | up -> g | u, then h where a pair is complete ----
-    consume<MODE>(A, a0, a1, sm, ring, a.nslots, xs4, red, it);
+    consume<MODE>(A, a0, a1, sm, ring, a.nslots, xs4, sca, red, it);
     mark(2);
     consumers_sync();
     {
@@ -465,7 +488,7 @@ __global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
     }
     consumers_sync();
     mark(6);
-    consume<MODE>(B, b0, b1, sm, ring, a.nslots, xs4, red, it);
+    consume<MODE>(B, b0, b1, sm, ring, a.nslots, xs4, sca + a.nsc[0], red, it);
     mark(7);
     consumers_sync();
     finish(B, b, G, b0, b1, sm, red, [&](int nt, int row, float v) { a.y[nt * 16 + row] = __float2bfloat16(v); });
@@ -496,7 +519,7 @@ size_t max_smem() {
 }
 
 struct Plan {
-    int G = 0, nslots = 0, nloc = 0;
+    int G = 0, nslots = 0, nloc = 0, nsc[2] = {0, 0};
     size_t smem = 0, partial_bytes = 0;
     int counters = 0;
 };
@@ -530,7 +553,9 @@ Plan plan(int64_t D, int64_t I) {
     // As many ring slots as shared memory holds, up to kMaxSlots (the ring is most of the bytes in flight).
     // (2 KB kept back: the kernel's own static shared memory and the system's reservation, which the opt-in limit
     // may not cover on every driver.)
-    const size_t fixed = ring_offset(static_cast<int>(D), static_cast<int>(I), p.nloc) + 2048;
+    p.nsc[0] = most_local(2 * I / 16, D / 64, p.G) * static_cast<int>(D / 128);
+    p.nsc[1] = most_local(D / 16, I / 64, p.G) * static_cast<int>(I / 128);
+    const size_t fixed = ring_offset(static_cast<int>(D), static_cast<int>(I), p.nloc, p.nsc[0] + p.nsc[1]) + 2048;
     p.nslots = max_smem() > fixed ? static_cast<int>(std::min<size_t>(kMaxSlots, (max_smem() - fixed) / kSlotBytes)) : 0;
     p.smem = fixed + static_cast<size_t>(p.nslots) * kSlotBytes;
     p.partial_bytes = static_cast<size_t>(p.G * 2 * 32 + p.G * 2 * 16) * sizeof(float);
@@ -591,7 +616,7 @@ void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x,
     a.x = static_cast<const __nv_bfloat16*>(x.data);
     a.h = static_cast<__nv_bfloat16*>(h.data), a.y = static_cast<__nv_bfloat16*>(y.data);
     a.D = static_cast<int>(D), a.I = static_cast<int>(I), a.G = p.G, a.trace = trace, a.nslots = p.nslots;
-    a.nloc = p.nloc;
+    a.nloc = p.nloc, a.nsc[0] = p.nsc[0], a.nsc[1] = p.nsc[1];
     a.prefetch = prefetch_kb >= 0 ? prefetch_kb * 1024 : kPrefetchBytes;
     auto launch = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem));
