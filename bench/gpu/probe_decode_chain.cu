@@ -599,7 +599,8 @@ struct Probe {
 // step runs for one row with GRIMOIRE_MLP_FUSED=1), over the same random codes taken as n-tile-major (the order
 // it reads; the bytes are random either way): 1 as the library launches it, 2 without its math (its loads'
 // floor), 3..5 with down's L2 prefetch ahead of the ring at 256, 128 and 384 KB a block (the default is
-// mlp_fp8.cu's); 6 the fused launches back to back without the norm; 7 without scale loads (wrong results). With fused, one more traced launch prints where a block's time goes (mlp_fp8.cu's marks).
+// mlp_fp8.cu's); 6 the fused launches back to back without the norm; 7 without scale loads (wrong results); 8
+// with the norm in the block's launch (MlpPreNorm), as the decode step runs it with GRIMOIRE_MLP_FUSED=1. With fused, one more traced launch prints where a block's time goes (mlp_fp8.cu's marks).
 template <bool FP8>
 double library_chain_ms(int L, int fused = 0) {
     std::vector<void*> bufs;
@@ -637,6 +638,8 @@ double library_chain_ms(int L, int fused = 0) {
     gc::random_fill(lres, DType::BF16, kD, 31, 1.f, 0.f, nullptr);
     gc::random_fill(ly, DType::BF16, kD, 32, 0.01f, 0.f, nullptr);
     gc::random_fill(lwn, DType::BF16, kD, 33, 0.5f, 1.f, nullptr);
+    auto* lwnf = static_cast<float*>(alloc(kD * 4));  // the same kind of weight in f32 (MlpPreNorm's)
+    gc::random_fill(lwnf, DType::F32, kD, 33, 0.5f, 1.f, nullptr);
     check(cudaDeviceSynchronize(), "library buffers");
     const auto dev = grimoire::Device::CUDA;
     Tensor tres(lres, DType::BF16, dev, {1, kD}), ty(ly, DType::BF16, dev, {1, kD});
@@ -653,6 +656,12 @@ double library_chain_ms(int L, int fused = 0) {
             const size_t l = static_cast<size_t>(i % L);
             if (FP8 && fused == 6) {  // the fused block alone, launch after launch (no norm between)
                 gc::mlp_fp8(gu.f8[l], dn.f8[l], txn, th, ty, ws, s);
+                return;
+            }
+            if (FP8 && fused == 8) {  // the norm in the block's launch (MlpPreNorm)
+                gc::MlpPreNorm pre;
+                pre.res = tres, pre.y = ty, pre.w = lwnf, pre.eps = kEps;
+                gc::mlp_fp8(gu.f8[l], dn.f8[l], Tensor{}, th, ty, ws, s, &pre);
                 return;
             }
             gc::add_rmsnorm(tres, ty, twn, kEps, grimoire::NormKind::PLAIN, txn, s, ahead);
@@ -898,6 +907,8 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
         record("library_fused_pf384", library_chain_ms<FP8>(L, 5));
         record("library_fused_alone", library_chain_ms<FP8>(L, 6));
         record("library_fused_noscale", library_chain_ms<FP8>(L, 7));
+        const double t_norm = record("library_fused_norm", library_chain_ms<FP8>(L, 8));
+        grimoire::bench::add_entry(ratios, fmt + "_fused_norm_over_library", t_norm / t_lib);
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_library", t_fused / t_lib);
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_persist", t_fused / t[0][0]);
     }

@@ -307,6 +307,9 @@ public:
                 gated_attention_forward(be, l.attn, c_.attn, h, in.positions, st.layers[i], n_past, y);
         };
         ops.mlp = [&](size_t i, const Tensor& h, Tensor& y) { mlp_forward(be, layers_[i].mlp, h, y); };
+        ops.norm_mlp = [&](size_t i, Tensor& x, const Tensor& w, float eps, NormKind kind, Tensor& y) {
+            return norm_mlp_forward(be, layers_[i].mlp, x, w, eps, kind, y);
+        };
         run_stack(in.x, layers_.size(), c_.attn.norm_eps, NormKind::PLUS_ONE, ops);
         st.n_past += static_cast<int64_t>(tokens.size());
         return {in.x, c_.attn.norm_eps, NormKind::PLUS_ONE};

@@ -310,6 +310,14 @@ void mlp_forward(Backend& be, const MlpWeights& w, const Tensor& x, Tensor& out)
     w.down->forward(be, g, out);
 }
 
+bool norm_mlp_forward(Backend& be, const MlpWeights& w, Tensor& res, const Tensor& norm_w, float eps, NormKind kind,
+                      Tensor& y) {
+    if (w.gate_up.n_units() != 1 || !w.gate_up.is_stacked() || !w.gate_up.unit(0).offers_norm_mlp(res.rows(), *w.down))
+        return false;
+    w.gate_up.unit(0).forward_norm_mlp(be, res, y, norm_w, eps, kind, *w.down, y);
+    return true;
+}
+
 // ---- forward ends ----
 
 ForwardInputs begin_forward(Backend& be,
@@ -476,9 +484,11 @@ void StackedDecoder::run_stack(Tensor& x, size_t n, float eps, NormKind kind, co
     // Each add_rmsnorm is followed by a projection: the mixer's and the MLP's first op is a Linear forward.
     for (size_t i = 0; i < n; ++i) {
         ops.mixer(i, h, y);
-        be.linear_follows();
-        be.add_rmsnorm(x, y, ops.post_norm(i), eps, kind, h);
-        ops.mlp(i, h, y);
+        if (!ops.norm_mlp || !ops.norm_mlp(i, x, ops.post_norm(i), eps, kind, y)) {
+            be.linear_follows();
+            be.add_rmsnorm(x, y, ops.post_norm(i), eps, kind, h);
+            ops.mlp(i, h, y);
+        }
         if (i + 1 < n) {
             be.linear_follows();
             be.add_rmsnorm(x, y, ops.in_norm(i + 1), eps, kind, h);
@@ -537,6 +547,9 @@ class DenseDecoder final : public StackedDecoder {
             attention_forward(be, layers_[i].attn, c_.attn, h, in.positions, st.layers[i], n_past, y);
         };
         ops.mlp = [&](size_t i, const Tensor& h, Tensor& y) { mlp_forward(be, layers_[i].mlp, h, y); };
+        ops.norm_mlp = [&](size_t i, Tensor& x, const Tensor& w, float eps, NormKind kind, Tensor& y) {
+            return norm_mlp_forward(be, layers_[i].mlp, x, w, eps, kind, y);
+        };
         run_stack(in.x, layers_.size(), c_.attn.norm_eps, NormKind::PLAIN, ops);
         st.n_past += static_cast<int64_t>(tokens.size());
         return {in.x, c_.attn.norm_eps, NormKind::PLAIN};

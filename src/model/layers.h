@@ -151,6 +151,10 @@ MlpWeights load_mlp(
 
 // out [T, H] = down(silu(gate(x)) * up(x)); x [T, H] act.
 void mlp_forward(Backend& be, const MlpWeights& w, const Tensor& x, Tensor& out);
+// The residual add + RMSNorm and the block in one pass (Linear::forward_norm_mlp): res += y, then y =
+// MLP(rmsnorm(res) * norm_w). Returns false, having done nothing, where the weights do not offer it.
+bool norm_mlp_forward(Backend& be, const MlpWeights& w, Tensor& res, const Tensor& norm_w, float eps, NormKind kind,
+                      Tensor& y);
 
 // ---- the two ends of every decoder forward ----
 
@@ -231,6 +235,9 @@ class StackedDecoder : public Model {
     struct StackOps {
         std::function<const Tensor&(size_t i)> in_norm, post_norm;
         std::function<void(size_t i, const Tensor& h, Tensor& y)> mixer, mlp;
+        // Optional: x += y, then y = mlp(norm_post(x)) in one pass where the layer's weights offer it
+        // (Linear::forward_norm_mlp); returns false, having done nothing, where they do not.
+        std::function<bool(size_t i, Tensor& x, const Tensor& w, float eps, NormKind kind, Tensor& y)> norm_mlp;
     };
     // Runs n pre-norm residual layers over the stream x [T, H] act: h = norm_in(x); x += mixer(h);
     // h = norm_post(x); x += mlp(h). Each residual add is fused with the norm after it (add_rmsnorm); the

@@ -164,6 +164,14 @@ void Linear::forward_mlp(Backend& be, const Tensor& x, const Linear& down, Tenso
     down.forward(be, h, out);
 }
 
+void Linear::forward_norm_mlp(Backend& be, Tensor& res, const Tensor& y, const Tensor& norm_w, float eps,
+                              NormKind kind, const Linear& down, Tensor& out) const {
+    Tensor h = be.scratch(be.act_dtype(), {res.rows(), res.cols()});  // [T, D] act
+    be.linear_follows();
+    be.add_rmsnorm(res, y, norm_w, eps, kind, h);
+    forward_mlp(be, h, down, out);
+}
+
 void Linear::forward_split_conv(Backend& be, const Tensor& x, std::span<Tensor> ys, const Tensor& conv_w,
                                 Tensor& conv_state) const {
     GRIMOIRE_CHECK(!ys.empty(), "forward_split_conv: no parts");

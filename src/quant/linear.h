@@ -53,6 +53,14 @@ public:
     // forward_glu into scratch, then down.forward. Same values up to fp32 summation order.
     virtual bool offers_mlp(int64_t /*rows*/, const Linear& /*down*/) const { return false; }
     virtual void forward_mlp(Backend& be, const Tensor& x, const Linear& down, Tensor& out) const;
+    // The residual add + RMSNorm in front of the MLP block and the block itself: res [T, D] += y [T, D], then
+    // out [T, D] = MLP(rmsnorm(res) * norm_w) (Backend::add_rmsnorm's math; out may be y). Where
+    // offers_norm_mlp(T, down) one pass (the CUDA FP8 one-row kernel normalises x itself, so no kernel sits
+    // between the mixer's projection and the block's weight stream); the default is add_rmsnorm into scratch,
+    // then forward_mlp. Same values up to fp32 summation order.
+    virtual bool offers_norm_mlp(int64_t /*rows*/, const Linear& /*down*/) const { return false; }
+    virtual void forward_norm_mlp(Backend& be, Tensor& res, const Tensor& y, const Tensor& norm_w, float eps,
+                                  NormKind kind, const Linear& down, Tensor& out) const;
     // forward_split whose first part goes through Backend::conv1d_silu on its way out: ys[0] [T, C] receives
     // conv1d_silu(part 0) with conv_w [C, Kc] (or [C, 1, Kc]) and conv_state [Kc - 1, C] (advanced by the T
     // rows); the raw part 0 is never stored where offers_conv(T) (the quantized one-row kernel runs each

@@ -198,6 +198,34 @@ TEST(CudaMlpFp8Linear, OffersOneRowAndMatchesTheUnfusedBlock) {
         }
     }
     gpu.free_persistent(want), gpu.free_persistent(got);
+
+    // The residual add + RMSNorm in the same pass (forward_norm_mlp, offered with the block): res as add_rmsnorm
+    // leaves it bit for bit, out against the default (add_rmsnorm, then the block) as above; out is y itself.
+    EXPECT_EQ(gu->offers_norm_mlp(1, *dn), on);
+    const std::vector<float> resv = test::rand_bf16(static_cast<size_t>(D), rng(), -4.0f, 4.0f);
+    const std::vector<float> yv = test::rand_bf16(static_cast<size_t>(D), rng(), -1.0f, 1.0f);
+    std::vector<float> wv(static_cast<size_t>(D));
+    std::uniform_real_distribution<float> wd(-0.5f, 0.5f);
+    for (auto& v : wv) v = wd(rng);
+    Tensor nw = test::put(gpu, wv, DType::F32, {D});
+    for (NormKind kind : {NormKind::PLAIN, NormKind::PLUS_ONE}) {
+        Tensor res_a = test::put(gpu, resv, DType::BF16, {1, D}), y_a = test::put(gpu, yv, DType::BF16, {1, D});
+        Tensor res_b = test::put(gpu, resv, DType::BF16, {1, D}), y_b = test::put(gpu, yv, DType::BF16, {1, D});
+        Tensor out_a = gpu.alloc_persistent(DType::BF16, {1, D});
+        gpu.reset_scratch();
+        gu->Linear::forward_norm_mlp(gpu, res_a, y_a, nw, 1e-6f, kind, *dn, out_a);
+        gpu.reset_scratch();
+        gu->forward_norm_mlp(gpu, res_b, y_b, nw, 1e-6f, kind, *dn, y_b);
+        const std::vector<float> ra = test::get(gpu, res_a), rb = test::get(gpu, res_b);
+        EXPECT_EQ(0, std::memcmp(ra.data(), rb.data(), ra.size() * 4)) << "res after the norm, kind " << int(kind);
+        const std::vector<float> oa = test::get(gpu, out_a), ob = test::get(gpu, y_b);
+        double oa_max = 0;
+        for (float v : oa) oa_max = std::max(oa_max, double(std::abs(v)));
+        // rsqrt of the sum of squares may differ in its last bit (fp32 order), moving x by a BF16 step in places.
+        test::expect_close(ob, oa, 1e-2 * oa_max, 2e-2, "forward_norm_mlp vs add_rmsnorm + block");
+        for (Tensor* t : {&res_a, &y_a, &res_b, &y_b, &out_a}) gpu.free_persistent(*t);
+    }
+    gpu.free_persistent(nw);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 //            CudaFp8Linear::prefill_parts; GRIMOIRE_FP8_GEMM=0 keeps the dequant path).
 // With --random-weights the packed words and scales are filled on the device instead (the reader skips the
 // host decode and passes an Int4Host / Fp8Host without data).
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <span>
@@ -425,6 +426,43 @@ class CudaFp8Linear final : public CudaQuantLinear {
         Tensor xv = x, yv = out;
         cb.record(cuda::KeyHasher().add(kOpMlp).add(xv).add(h).add(yv).add(id()).add(dd.words).h,
                   [this, dd, xv, h, yv, ws](cudaStream_t s) mutable { cuda::mlp_fp8(d_, dd, xv, h, yv, ws, s); });
+    }
+    // The residual add + RMSNorm in the same launch (cuda::MlpPreNorm): where the block is offered and the norm
+    // takes the row (D <= 8192), so no kernel sits between the mixer's output projection and the block's
+    // weight stream (H100, session 30: ~9 us an MLP layer for the add_rmsnorm launch in between).
+    bool offers_norm_mlp(int64_t rows, const Linear& down) const override {
+        return offers_mlp(rows, down) && cuda::mlp_fp8_prenorm_ok(K_);
+    }
+    void forward_norm_mlp(Backend& be, Tensor& res, const Tensor& y, const Tensor& norm_w, float eps, NormKind kind,
+                          const Linear& down, Tensor& out) const override {
+        CudaBackend& cb = cuda_of(be);
+        if (!offers_norm_mlp(res.rows(), down) || res.dtype != DType::BF16 || y.dtype != DType::BF16 ||
+            norm_w.dtype != DType::F32 || norm_w.numel() != K_ || res.data == y.data)
+            return Linear::forward_norm_mlp(be, res, y, norm_w, eps, kind, down, out);
+        const cuda::Fp8Dev dd = static_cast<const CudaFp8Linear&>(down).d_;
+        GRIMOIRE_CHECK(res.cols() == K_ && y.cols() == K_ && out.rows() == 1 && out.cols() == dd.N &&
+                           out.dtype == cb.act_dtype(),
+                       "quantized mlp (" + fmt_ + "): res, y or out does not fit the weights");
+        Tensor h = cb.scratch(cb.act_dtype(), {1, dd.K});  // [1, I]
+        const cuda::QmmWorkspace ws = workspace(cb);
+        cuda::MlpPreNorm pre;
+        pre.res = res, pre.y = y, pre.w = norm_w.ptr<float>(), pre.eps = eps;
+        pre.w_offset = kind == NormKind::PLUS_ONE ? 1.0f : 0.0f;
+        Tensor yv = out;
+        cb.record(cuda::KeyHasher()
+                      .add(kOpMlp + 1)
+                      .add(pre.res)
+                      .add(pre.y)
+                      .add(norm_w)
+                      .add(h)
+                      .add(yv)
+                      .add(id())
+                      .add(dd.words)
+                      .add(static_cast<uint64_t>(std::bit_cast<uint32_t>(eps)) | (uint64_t{kind == NormKind::PLUS_ONE} << 32))
+                      .h,
+                  [this, dd, h, yv, ws, pre](cudaStream_t s) mutable {
+                      cuda::mlp_fp8(d_, dd, Tensor{}, h, yv, ws, s, &pre);
+                  });
     }
     static bool mlp_enabled() {
         static const bool on = [] {

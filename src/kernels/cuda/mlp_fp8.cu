@@ -60,6 +60,7 @@ constexpr int kMaxLocal = 48;  // n-tiles one block's range may touch (the share
 // 119.6-122.3 us a 27B MLP against 118.8 without), the L2 traffic delaying the stage change's own loads.
 constexpr int kPrefetchBytes = 0;
 constexpr int kStageBatch = 8;  // 16-byte pieces of x / h (and cut pairs' rows) a consumer thread stages
+constexpr int kNormVecs = 2;    // the pre-norm's 8-channel vectors a consumer thread holds (D <= 8192)
 
 // One stage: a weight of NT n-tiles x KC chunks, nt-major, as U = NT KC / 2 units of two tiles, streamed in
 // the order of its logical n-tiles: the physical ones, or (paired, gate | up) gate p, up p, gate p + 1, ...
@@ -87,15 +88,22 @@ struct MlpArgs {
     int nslots;  // ring slots (<= kMaxSlots)
     int nloc;    // rows of the shared n-tile table (the most n-tiles a block's range touches, either stage)
     int nsc[2];  // floats of each stage's scale table (its most n-tiles a block touches x SG)
+    // The pre-norm (prenorm != 0, mlp_fp8's MlpPreNorm): x = rmsnorm(res + yin) * (w_off + nw), res += yin.
+    int prenorm;
+    __nv_bfloat16* res;        // [D], updated (by block 0, after the grid barrier: every block has read it)
+    const __nv_bfloat16* yin;  // [D]
+    const float* nw;           // [D]
+    float eps, w_off;
     int prefetch;  // bytes of down's range each block asks of L2 once gate | up's last slot is issued
 };
 
 // Shared memory: this header, then x (later h: BF16, max(D, I) padded to 64 channels), the n-tile table
-// (nloc x kWarps x 16 f32), the two stages' scale tables (nsc[0] + nsc[1] f32), then the ring (nslots x
-// kSlotBytes), each at a 128-byte offset.
+// (nloc x kWarps x 16 f32), the two stages' scale tables (nsc[0] + nsc[1] f32), the pre-norm's weight (D f32),
+// then the ring (nslots x kSlotBytes), each at a 128-byte offset.
 struct Smem {
     uint64_t full[kMaxSlots], empty[kMaxSlots];
     int cut_last[2];               // whether this block is the last to arrive on its first / last cut n-tile
+    float ssum[kWarps];            // the pre-norm's sums of squares, a consumer warp each
     float val[kMaxLocal * 16];     // stage A: the block's sums of each logical n-tile it touches
 };
 __host__ __device__ constexpr size_t align128(size_t n) { return (n + 127) / 128 * 128; }
@@ -106,8 +114,11 @@ __host__ __device__ inline size_t red_offset(int D, int I) {
 __host__ __device__ inline size_t sc_offset(int D, int I, int nloc) {
     return red_offset(D, I) + align128(static_cast<size_t>(nloc) * kWarps * 16 * 4);
 }
-__host__ __device__ inline size_t ring_offset(int D, int I, int nloc, int nsc) {
+__host__ __device__ inline size_t nw_offset(int D, int I, int nloc, int nsc) {
     return sc_offset(D, I, nloc) + align128(static_cast<size_t>(nsc) * 4);
+}
+__host__ __device__ inline size_t ring_offset(int D, int I, int nloc, int nsc) {
+    return nw_offset(D, I, nloc, nsc) + align128(static_cast<size_t>(D) * 4);
 }
 // Block b's range of a stage's units: [range_at(b), range_at(b + 1)). 32-bit (plan checks G U < 2^32): the
 // stage changes compute it for every boundary, and a 64-bit division is a ~70-instruction routine.
@@ -398,12 +409,68 @@ __global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
     // waited on L2 for microseconds (H100, session 30: ~10 us a 27B MLP against the math with every scale 1).
     stage_scales(A, a0, a1, sca);
     stage_scales(B, b0, b1, sca + a.nsc[0]);
+    float* nws = reinterpret_cast<float*>(smem_raw + nw_offset(a.D, a.I, a.nloc, a.nsc[0] + a.nsc[1]));
+    if (a.prenorm) {  // the norm's weight too (f32 [D], as 16-byte pieces)
+        uint4 v[kStageBatch];
+        stage_load(v, reinterpret_cast<const uint4*>(a.nw), a.D / 4);
+        stage_store(reinterpret_cast<uint4*>(nws), v, a.D / 4);
+    }
     // x (the previous kernel's output) and the workspace only once the previous grid has completed.
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    {
+    uint4 skeep[kNormVecs];  // the pre-norm: this thread's vectors of res + yin (block 0 stores them into res)
+    if (!a.prenorm) {
         uint4 v[kStageBatch];
         stage_load(v, reinterpret_cast<const uint4*>(a.x), a.D / 8);
         stage_store(xs4, v, pad / 8);
+    } else {
+        // add_rmsnorm's math (fused_add_rmsnorm.cu): s = bf16(res + yin), r = rsqrt(sum s^2 / D + eps), x =
+        // bf16(s r (w_off + w)); the sum of squares in another order (fp32), so x may differ from the kernel's
+        // in the last bit where r does.
+        uint4 rv[kNormVecs], yv[kNormVecs];
+#pragma unroll
+        for (int j = 0; j < kNormVecs; ++j) {
+            const int v = ct + j * kWarps * 32;
+            rv[j] = v < a.D / 8 ? __ldcg(reinterpret_cast<const uint4*>(a.res) + v) : make_uint4(0u, 0u, 0u, 0u);
+            yv[j] = v < a.D / 8 ? __ldcg(reinterpret_cast<const uint4*>(a.yin) + v) : make_uint4(0u, 0u, 0u, 0u);
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kNormVecs; ++j) {
+            const __nv_bfloat162* r2 = reinterpret_cast<const __nv_bfloat162*>(&rv[j]);
+            const __nv_bfloat162* y2 = reinterpret_cast<const __nv_bfloat162*>(&yv[j]);
+            __nv_bfloat162* s2 = reinterpret_cast<__nv_bfloat162*>(&skeep[j]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float2 rf = __bfloat1622float2(r2[e]), yf = __bfloat1622float2(y2[e]);
+                s2[e] = __floats2bfloat162_rn(rf.x + yf.x, rf.y + yf.y);
+                const float2 sf = __bfloat1622float2(s2[e]);
+                ss += sf.x * sf.x + sf.y * sf.y;
+            }
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) sm.ssum[warp] = ss;
+        consumers_sync();
+        float tot = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) tot += sm.ssum[w];
+        const float r = rsqrtf(tot / static_cast<float>(a.D) + a.eps);
+#pragma unroll
+        for (int j = 0; j < kNormVecs; ++j) {
+            const int v = ct + j * kWarps * 32;
+            if (v >= pad / 8) continue;
+            uint4 o = make_uint4(0u, 0u, 0u, 0u);
+            if (v < a.D / 8) {
+                const __nv_bfloat162* s2 = reinterpret_cast<const __nv_bfloat162*>(&skeep[j]);
+                __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float2 sf = __bfloat1622float2(s2[e]);
+                    const int k = 8 * v + 2 * e;
+                    o2[e] = __floats2bfloat162_rn(sf.x * r * (a.w_off + nws[k]), sf.y * r * (a.w_off + nws[k + 1]));
+                }
+            }
+            xs4[v] = o;
+        }
     }
     consumers_sync();
     mark(1);
@@ -445,6 +512,13 @@ __global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
     if (ct == 0) grid_barrier(a.bar, a.bar + 1, static_cast<unsigned>(G));
     consumers_sync();
     mark(4);
+    if (a.prenorm && b == 0) {  // every block has read res: the residual stream moves on
+#pragma unroll
+        for (int j = 0; j < kNormVecs; ++j) {
+            const int v = ct + j * kWarps * 32;
+            if (v < a.D / 8) reinterpret_cast<uint4*>(a.res)[v] = skeep[j];
+        }
+    }
     // Every block is past stage A: the next kernel may launch (it still waits for this grid to complete).
     asm volatile("griddepcontrol.launch_dependents;");
 
@@ -544,8 +618,10 @@ Plan plan(int64_t D, int64_t I) {
     if (p.G < 1 || D % 128 != 0 || I % 128 != 0 || 2 * I * D / 128 >= (int64_t{1} << 31) / 1024 ||
         2 * I / 16 * (D / 128) / p.G < D / 64 || D / 16 * (I / 128) < p.G)
         return p;
-    // x / h and the cut pairs' rows staged in one batch a thread (stage_load); range_at in 32 bits.
-    if (std::max(D, I) / 8 > kStageBatch * kWarps * 32 || (p.G - 1) * 16 > kStageBatch * kWarps * 32 ||
+    // x / h, the norm weight and the cut pairs' rows staged in one batch a thread (stage_load); range_at in 32
+    // bits.
+    if (std::max(D, I) / 8 > kStageBatch * kWarps * 32 || D / 4 > kStageBatch * kWarps * 32 ||
+        (p.G - 1) * 16 > kStageBatch * kWarps * 32 ||
         static_cast<int64_t>(p.G + 1) * (2 * I / 16) * (D / 128) >= (int64_t{1} << 32) ||
         static_cast<int64_t>(p.G + 1) * (D / 16) * (I / 128) >= (int64_t{1} << 32))
         return p;
@@ -584,16 +660,23 @@ bool mlp_fp8_ok(const Fp8Dev& gate_up, const Fp8Dev& down) {
 }
 
 void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
-             const QmmWorkspace& ws, cudaStream_t s) {
-    mlp_fp8_variant(gate_up, down, x, h, y, ws, s, 1);
+             const QmmWorkspace& ws, cudaStream_t s, const MlpPreNorm* pre) {
+    mlp_fp8_variant(gate_up, down, x, h, y, ws, s, 1, nullptr, -1, pre);
 }
+
+bool mlp_fp8_prenorm_ok(int64_t D) { return D % 8 == 0 && D / 8 <= kNormVecs * kWarps * 32; }
 
 void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
                      const QmmWorkspace& ws, cudaStream_t s, int math, unsigned long long* trace,
-                     int prefetch_kb) {
+                     int prefetch_kb, const MlpPreNorm* pre) {
     if (!mlp_fp8_ok(gate_up, down)) throw Error("cuda mlp_fp8: weights this kernel does not take (mlp_fp8_ok)");
     const int64_t D = gate_up.K, I = down.K;
-    if (x.dtype != DType::BF16 || h.dtype != DType::BF16 || y.dtype != DType::BF16 || x.numel() != D ||
+    if (pre) {
+        if (!mlp_fp8_prenorm_ok(D) || pre->res.dtype != DType::BF16 || pre->y.dtype != DType::BF16 ||
+            pre->res.numel() != D || pre->y.numel() != D || !pre->w || pre->res.data == pre->y.data)
+            throw Error("cuda mlp_fp8: the pre-norm needs res [1, D] and y [1, D] BF16 (apart) and w [D] f32");
+    }
+    if ((!pre && (x.dtype != DType::BF16 || x.numel() != D)) || h.dtype != DType::BF16 || y.dtype != DType::BF16 ||
         y.numel() != D || h.numel() != I)
         throw Error("cuda mlp_fp8: x [1, D], h [1, I] and y [1, D] must be BF16 (D " + std::to_string(D) +
                     ", I " + std::to_string(I) + ")");
@@ -618,6 +701,11 @@ void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x,
     a.D = static_cast<int>(D), a.I = static_cast<int>(I), a.G = p.G, a.trace = trace, a.nslots = p.nslots;
     a.nloc = p.nloc, a.nsc[0] = p.nsc[0], a.nsc[1] = p.nsc[1];
     a.prefetch = prefetch_kb >= 0 ? prefetch_kb * 1024 : kPrefetchBytes;
+    if (pre) {
+        a.prenorm = 1;
+        a.res = static_cast<__nv_bfloat16*>(pre->res.data), a.yin = static_cast<const __nv_bfloat16*>(pre->y.data);
+        a.nw = pre->w, a.eps = pre->eps, a.w_off = pre->w_offset;
+    }
     auto launch = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem));
         launch_pdl(kernel, dim3(static_cast<unsigned>(p.G)), dim3(kThreads), p.smem, s, a);

@@ -110,17 +110,26 @@ void qmm_fp8(const Fp8Dev& w,
 // One block per SM streams one contiguous range of each weight through a shared-memory ring across the grid
 // barrier between the projections. Deterministic; the workspace is the qmm kernels' (reserve
 // mlp_fp8_workspace_need(D, I) too), its counters left at zero.
+// With pre: the residual add + RMSNorm in front of the block too (add_rmsnorm's math), x then unused:
+// res [1, D] BF16 += y_in [1, D] BF16 and the block's input is bf16(rmsnorm(res) * (w_offset + w)), w [D] f32.
+// y_in may be the output y (every block reads it before any writes y), not res.
+struct MlpPreNorm {
+    Tensor res, y;
+    const float* w = nullptr;
+    float eps = 0.0f, w_offset = 0.0f;
+};
 bool mlp_fp8_ok(const Fp8Dev& gate_up, const Fp8Dev& down);
+bool mlp_fp8_prenorm_ok(int64_t D);
 void mlp_fp8_workspace_need(int64_t D, int64_t I, size_t* partial_bytes, int* n_counters);
 void mlp_fp8(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
-             const QmmWorkspace& ws, cudaStream_t s);
+             const QmmWorkspace& ws, cudaStream_t s, const MlpPreNorm* pre = nullptr);
 // Benchmark variants: math 1 the kernel as mlp_fp8 runs it, 0 the tiles taken without computing (h, y
 // meaningless: the streaming floor), 2 the math with every scale 1 (wrong results: the scale loads' cost);
 // trace non-null receives [grid][9] globaltimer marks; prefetch_kb >= 0 sets how much of down's range each block
 // asks of L2 ahead of its ring (mlp_fp8.cu; the default otherwise).
 void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x, Tensor& h, Tensor& y,
                      const QmmWorkspace& ws, cudaStream_t s, int math, unsigned long long* trace = nullptr,
-                     int prefetch_kb = -1);
+                     int prefetch_kb = -1, const MlpPreNorm* pre = nullptr);
 
 // out [N, K] BF16 or F32 = the dequantized weight in the checkpoint's channel order.
 void dequant_int4(const Int4Dev& w, void* out, DType out_dtype, cudaStream_t s);
