@@ -89,6 +89,7 @@ if want tests; then
     rerun dequant8 GRIMOIRE_FP8_GEMM=0 -- test_cuda_quant test_cuda_quant_stack test_cuda_model
     # The one-row FP8 MLP block in one launch is an opt-in (GRIMOIRE_MLP_FUSED=1): its Linear-level test with it on.
     rerun mlp1 GRIMOIRE_MLP_FUSED=1 -- test_cuda_mlp_fp8
+    rerun mlpnorm GRIMOIRE_MLP_FUSED=1 GRIMOIRE_MLP_FUSED_NORM=1 -- test_cuda_mlp_fp8
     # The opt-in packs every FP8 weight n-tile-major (GRIMOIRE_FP8_NT_MAJOR=1 alone does that much): the FP8 linears
     # at every row count, glu / conv parts, prefill and the models over that order.
     rerun ntm GRIMOIRE_FP8_NT_MAJOR=1 -- test_cuda_quant test_cuda_w8a8 test_cuda_quant_stack test_cuda_model

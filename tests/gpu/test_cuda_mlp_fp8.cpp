@@ -12,7 +12,9 @@
 //   zero (the qmm kernels share them).
 // Linear level: offers_mlp for one row of an FP8 gate | up with an FP8 down only, and only with
 // GRIMOIRE_MLP_FUSED=1; forward_mlp direct, captured and replayed equals itself bit for bit and the unfused
-// forward_glu + down to BF16 rounding (the fused launch where offered).
+// forward_glu + down to BF16 rounding (the fused launch where offered). forward_norm_mlp (the norm in the same
+// launch where offered: GRIMOIRE_MLP_FUSED_NORM=1 too) leaves res as add_rmsnorm does, bit for bit, and its
+// output matches add_rmsnorm + the block to BF16 rounding.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -201,7 +203,8 @@ TEST(CudaMlpFp8Linear, OffersOneRowAndMatchesTheUnfusedBlock) {
 
     // The residual add + RMSNorm in the same pass (forward_norm_mlp, offered with the block): res as add_rmsnorm
     // leaves it bit for bit, out against the default (add_rmsnorm, then the block) as above; out is y itself.
-    EXPECT_EQ(gu->offers_norm_mlp(1, *dn), on);
+    const char* norm_env = std::getenv("GRIMOIRE_MLP_FUSED_NORM");  // its own opt-in, on top of the block's
+    EXPECT_EQ(gu->offers_norm_mlp(1, *dn), on && norm_env && norm_env[0] == '1');
     const std::vector<float> resv = test::rand_bf16(static_cast<size_t>(D), rng(), -4.0f, 4.0f);
     const std::vector<float> yv = test::rand_bf16(static_cast<size_t>(D), rng(), -1.0f, 1.0f);
     std::vector<float> wv(static_cast<size_t>(D));

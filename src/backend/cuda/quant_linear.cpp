@@ -427,11 +427,16 @@ class CudaFp8Linear final : public CudaQuantLinear {
         cb.record(cuda::KeyHasher().add(kOpMlp).add(xv).add(h).add(yv).add(id()).add(dd.words).h,
                   [this, dd, xv, h, yv, ws](cudaStream_t s) mutable { cuda::mlp_fp8(d_, dd, xv, h, yv, ws, s); });
     }
-    // The residual add + RMSNorm in the same launch (cuda::MlpPreNorm): where the block is offered and the norm
-    // takes the row (D <= 8192), so no kernel sits between the mixer's output projection and the block's
-    // weight stream (H100, session 30: ~9 us an MLP layer for the add_rmsnorm launch in between).
+    // The residual add + RMSNorm in the same launch (cuda::MlpPreNorm): where the block is offered, the norm
+    // takes the row (D <= 8192) and GRIMOIRE_MLP_FUSED_NORM=1 as well, so no kernel sits between the mixer's
+    // output projection and the block's weight stream (H100, session 30: ~9 us an MLP layer for the add_rmsnorm
+    // launch in between). Its own opt-in: built after session 30's last device call, not yet run on a GPU.
     bool offers_norm_mlp(int64_t rows, const Linear& down) const override {
-        return offers_mlp(rows, down) && cuda::mlp_fp8_prenorm_ok(K_);
+        static const bool on = [] {
+            const char* e = std::getenv("GRIMOIRE_MLP_FUSED_NORM");
+            return e && e[0] == '1';
+        }();
+        return on && offers_mlp(rows, down) && cuda::mlp_fp8_prenorm_ok(K_);
     }
     void forward_norm_mlp(Backend& be, Tensor& res, const Tensor& y, const Tensor& norm_w, float eps, NormKind kind,
                           const Linear& down, Tensor& out) const override {
