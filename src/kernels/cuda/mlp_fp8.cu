@@ -72,8 +72,10 @@ struct StageArgs {
     float* part;    // down: [G][2][16] each block's partial sums of its first / last n-tile where the range cuts
                     // them; gate | up: [G][2][32] its pieces (g rows, u rows) of the pairs its range's ends cut
     unsigned* cnt;  // down: [NT] blocks arrived on a cut n-tile, left at zero
-    // The physical n-tile of logical n-tile l.
-    __host__ __device__ int phys(int l) const { return paired ? (l >> 1) + (l & 1) * (NT / 2) : l; }
+    // The physical n-tile of logical n-tile l (device code only: see the sm_90 guard below).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __device__ int phys(int l) const { return paired ? (l >> 1) + (l & 1) * (NT / 2) : l; }
+#endif
 };
 
 struct MlpArgs {
