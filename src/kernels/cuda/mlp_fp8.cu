@@ -1,6 +1,10 @@
 // The one-row FP8 MLP block in one persistent launch (decode): y = Wd (silu(Wg x) * (Wu x)), the gate | up
 // weight stacked as forward_glu takes it, both weights in the n-tile-major tile order (quant/tile_layout.h).
 //
+// Status: correct and tested; an opt-in (GRIMOIRE_MLP_FUSED=1) because it measured slower than the library's glu
+// pass + down (27B MLP with its norm: H100 108.2 against 98.2 us, docs/BENCHMARKS.md session 30; the block alone
+// 99.3). The norm inside the launch (MlpPreNorm, GRIMOIRE_MLP_FUSED_NORM=1) is built but not yet device-run.
+//
 // Why one launch (docs/BENCHMARKS.md, session 28's decode-chain probe): the one-row qmm of gate | up, the
 // silu_mul and the qmm of down each ramp up and drain the weight stream, and down cannot start loading until
 // gate | up has finished. Here one block per SM owns the whole block for both projections: a producer warp
