@@ -453,6 +453,7 @@ class CudaFp8Linear final : public CudaQuantLinear {
         cuda::MlpPreNorm pre;
         pre.res = res, pre.y = y, pre.w = norm_w.ptr<float>(), pre.eps = eps;
         pre.w_offset = kind == NormKind::PLUS_ONE ? 1.0f : 0.0f;
+        const uint64_t norm_key = std::bit_cast<uint32_t>(eps) | (uint64_t{kind == NormKind::PLUS_ONE} << 32);
         Tensor yv = out;
         cb.record(cuda::KeyHasher()
                       .add(kOpMlp + 1)
@@ -463,7 +464,7 @@ class CudaFp8Linear final : public CudaQuantLinear {
                       .add(yv)
                       .add(id())
                       .add(dd.words)
-                      .add(static_cast<uint64_t>(std::bit_cast<uint32_t>(eps)) | (uint64_t{kind == NormKind::PLUS_ONE} << 32))
+                      .add(norm_key)
                       .h,
                   [this, dd, h, yv, ws, pre](cudaStream_t s) mutable {
                       cuda::mlp_fp8(d_, dd, Tensor{}, h, yv, ws, s, &pre);
