@@ -484,13 +484,17 @@ void StackedDecoder::run_stack(Tensor& x, size_t n, float eps, NormKind kind, co
     // Each add_rmsnorm is followed by a projection: the mixer's and the MLP's first op is a Linear forward.
     for (size_t i = 0; i < n; ++i) {
         ops.mixer(i, h, y);
-        if (!ops.norm_mlp || !ops.norm_mlp(i, x, ops.post_norm(i), eps, kind, y)) {
+        const bool fused = ops.norm_mlp && ops.norm_mlp(i, x, ops.post_norm(i), eps, kind, y);
+        if (!fused) {
             be.linear_follows();
             be.add_rmsnorm(x, y, ops.post_norm(i), eps, kind, h);
             ops.mlp(i, h, y);
         }
         if (i + 1 < n) {
-            be.linear_follows();
+            // The launch-ahead hint lets add_rmsnorm read the residual before waiting on its predecessor, which
+            // holds only while the residual was written kernels earlier: after a fused norm + MLP the block's
+            // own launch, the predecessor, wrote it.
+            if (!fused) be.linear_follows();
             be.add_rmsnorm(x, y, ops.in_norm(i + 1), eps, kind, h);
         } else
             be.add(x, y, x);
