@@ -1,15 +1,16 @@
 // The one-row FP8 MLP block in one persistent launch (cuda::mlp_fp8, src/kernels/cuda/mlp_fp8.cu) against the
 // CPU oracle, on the H200; skipped without a GPU. Fresh random weights and inputs every run (seed printed).
 //
-// Kernel level, on shapes where the stream-K ranges split items between blocks in both stages, fewer items
-// than SMs (a smaller grid), and the 27B MLP itself; h and y poisoned with NaN before each launch:
+// Kernel level (weights packed n-tile-major, the order it reads), on shapes where the blocks' ranges cut
+// n-tiles and gate | up pairs at both ends, where one down n-tile spans ~8 ranges, with one scale group a row,
+// and the 27B MLP itself; h and y poisoned with NaN before each launch:
 //   h against fp64 silu(g) * u. The kernel rounds g, u and h to BF16 (each at most 2^-9 relative) and sums in
 //   fp32 (~2e-5 of sum |w x|, as test_cuda_quant), so |h - h64| <= |silu'(g) u| dg + |silu(g)| du + 2^-8 |h64|
 //   with dg = 2^-8 |g| + 2e-5 sum |wg x| (du alike): 2x the roundings. One wrong weight or x value moves g by
 //   ~sum |w x| / K, far past that where g is not tiny against sum |w x| (the bulk of the outputs).
 //   y against fp64 down (the kernel's own h): 2e-5 sum |wd h| + 2^-8 |y| (fp32 summation, one BF16 rounding).
-//   Three launches give identical bits (deterministic split reductions) and leave the workspace counters at
-//   zero (the qmm kernels share them).
+//   Three launches give identical bits (deterministic sums of the cut n-tiles and pairs) and leave the
+//   workspace counters at zero (the qmm kernels share them).
 // Linear level: offers_mlp for one row of an FP8 gate | up with an FP8 down only, and only with
 // GRIMOIRE_MLP_FUSED=1; forward_mlp direct, captured and replayed equals itself bit for bit and the unfused
 // forward_glu + down to BF16 rounding (the fused launch where offered). forward_norm_mlp (the norm in the same
