@@ -441,8 +441,11 @@ class CudaFp8Linear final : public CudaQuantLinear {
     void forward_norm_mlp(Backend& be, Tensor& res, const Tensor& y, const Tensor& norm_w, float eps, NormKind kind,
                           const Linear& down, Tensor& out) const override {
         CudaBackend& cb = cuda_of(be);
+        // The kernel reads res, y and the weight as 16-byte vectors.
+        auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
         if (!offers_norm_mlp(res.rows(), down) || res.dtype != DType::BF16 || y.dtype != DType::BF16 ||
-            norm_w.dtype != DType::F32 || norm_w.numel() != K_ || res.data == y.data)
+            norm_w.dtype != DType::F32 || norm_w.numel() != K_ || res.data == y.data || !a16(res.data) ||
+            !a16(y.data) || !a16(norm_w.data))
             return Linear::forward_norm_mlp(be, res, y, norm_w, eps, kind, down, out);
         const cuda::Fp8Dev dd = static_cast<const CudaFp8Linear&>(down).d_;
         GRIMOIRE_CHECK(res.cols() == K_ && y.cols() == K_ && out.rows() == 1 && out.cols() == dd.N &&
