@@ -132,6 +132,23 @@ __device__ __forceinline__ void load_bf16x8(const __nv_bfloat16* p, float* f) {
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
+// add_rmsnorm's first pass on one 16-byte vector of 8 BF16 values: x = bf16(x + y) in place; returns the sum of
+// the squares of the rounded sums in fp32 (shared by the row kernel and the fused MLP block's pre-norm, whose
+// residual must come out bit for bit the same).
+__device__ __forceinline__ float add_bf16x8_sumsq(uint4& x, const uint4& y) {
+    __nv_bfloat162* xh = reinterpret_cast<__nv_bfloat162*>(&x);
+    const __nv_bfloat162* yh = reinterpret_cast<const __nv_bfloat162*>(&y);
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const float2 a = __bfloat1622float2(xh[e]), b = __bfloat1622float2(yh[e]);
+        xh[e] = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
+        const float2 r = __bfloat1622float2(xh[e]);
+        ss += r.x * r.x + r.y * r.y;
+    }
+    return ss;
+}
+
 // c [16x8] f32 += a [16x16] bf16 (row) * b [16x8] bf16 (col): mma.sync m16n8k16, registers as PTX's fragments.
 __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {

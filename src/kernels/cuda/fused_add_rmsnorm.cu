@@ -114,15 +114,7 @@ static __global__ void __launch_bounds__(kRowThreads) add_rmsnorm_rows_kernel(__
     for (int v = 0; v < NV; ++v) {
         const int64_t c = 8 * (threadIdx.x + static_cast<int64_t>(kRowThreads) * v);
         if (c >= D) continue;
-        __nv_bfloat162* xh = reinterpret_cast<__nv_bfloat162*>(&xv[v]);
-        const __nv_bfloat162* yh = reinterpret_cast<const __nv_bfloat162*>(&yv[v]);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float2 a = __bfloat1622float2(xh[e]), b = __bfloat1622float2(yh[e]);
-            xh[e] = __floats2bfloat162_rn(a.x + b.x, a.y + b.y);
-            const float2 r = __bfloat1622float2(xh[e]);
-            ss += r.x * r.x + r.y * r.y;
-        }
+        ss += add_bf16x8_sumsq(xv[v], yv[v]);
         *reinterpret_cast<uint4*>(x + base + c) = xv[v];
     }
     const float r = rsqrtf(block_sum(ss, red) / static_cast<float>(D) + eps);

@@ -442,16 +442,8 @@ __global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
         float ss = 0.0f;
 #pragma unroll
         for (int j = 0; j < kNormVecs; ++j) {
-            const __nv_bfloat162* r2 = reinterpret_cast<const __nv_bfloat162*>(&rv[j]);
-            const __nv_bfloat162* y2 = reinterpret_cast<const __nv_bfloat162*>(&yv[j]);
-            __nv_bfloat162* s2 = reinterpret_cast<__nv_bfloat162*>(&skeep[j]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float2 rf = __bfloat1622float2(r2[e]), yf = __bfloat1622float2(y2[e]);
-                s2[e] = __floats2bfloat162_rn(rf.x + yf.x, rf.y + yf.y);
-                const float2 sf = __bfloat1622float2(s2[e]);
-                ss += sf.x * sf.x + sf.y * sf.y;
-            }
+            skeep[j] = rv[j];
+            ss += add_bf16x8_sumsq(skeep[j], yv[j]);  // zeros past D add nothing
         }
         ss = warp_sum(ss);
         if (lane == 0) sm.ssum[warp] = ss;
