@@ -90,9 +90,11 @@ if want tests; then
     # The one-row FP8 MLP block in one launch is an opt-in (GRIMOIRE_MLP_FUSED=1): its Linear-level test with it on.
     rerun mlp1 GRIMOIRE_MLP_FUSED=1 -- test_cuda_mlp_fp8
     rerun mlpnorm GRIMOIRE_MLP_FUSED=1 GRIMOIRE_MLP_FUSED_NORM=1 -- test_cuda_mlp_fp8
-    # The opt-in packs every FP8 weight n-tile-major (GRIMOIRE_FP8_NT_MAJOR=1 alone does that much): the FP8 linears
-    # at every row count, glu / conv parts, prefill and the models over that order.
+    # The opt-in packs the MLP's FP8 weights n-tile-major, gate | up paired: the FP8 linears at every row count,
+    # glu / conv parts, prefill and the models over each order, every weight packed so
+    # (GRIMOIRE_FP8_NT_MAJOR=1 / =paired).
     rerun ntm GRIMOIRE_FP8_NT_MAJOR=1 -- test_cuda_quant test_cuda_w8a8 test_cuda_quant_stack test_cuda_model
+    rerun ntmp GRIMOIRE_FP8_NT_MAJOR=paired -- test_cuda_quant test_cuda_w8a8 test_cuda_quant_stack test_cuda_model
     # One XML file back instead of one per executable.
     cat "$OUT"/test_*.xml > "$OUT/gpu_tests.xml" 2>/dev/null && rm -f "$OUT"/test_*.xml
 

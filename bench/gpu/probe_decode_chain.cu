@@ -57,6 +57,7 @@
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/quant.h"
 #include "kernels/cuda/quant_mma_tma.cuh"
+#include "quant/tile_layout.h"
 
 namespace gc = grimoire::cuda;
 namespace qmm = grimoire::cuda::qmm;
@@ -600,7 +601,9 @@ struct Probe {
 // it reads; the bytes are random either way): 1 as the library launches it, 2 without its math (its loads'
 // floor), 3..5 with down's L2 prefetch ahead of the ring at 256, 128 and 384 KB a block (the default is
 // mlp_fp8.cu's); 6 the fused launches back to back without the norm; 7 without scale loads (wrong results); 8
-// with the norm in the block's launch (MlpPreNorm), as the decode step runs it with GRIMOIRE_MLP_FUSED=1. With fused, one more traced launch prints where a block's time goes (mlp_fp8.cu's marks).
+// with the norm in the block's launch (MlpPreNorm), as the decode step runs it with GRIMOIRE_MLP_FUSED=1 and
+// GRIMOIRE_MLP_FUSED_NORM=1; 9 that with gate | up kNtMajor instead of kNtMajorPaired (GRIMOIRE_MLP_PAIRED=0: its
+// pairs read from two places). With fused, one more traced launch prints where a block's time goes (mlp_fp8.cu's marks).
 template <bool FP8>
 double library_chain_ms(int L, int fused = 0) {
     std::vector<void*> bufs;
@@ -614,8 +617,8 @@ double library_chain_ms(int L, int fused = 0) {
     grimoire::bench::make_weights(gu, FP8, 2 * kI, kD, L, 5000);
     grimoire::bench::make_weights(dn, FP8, kD, kI, L, 6000);
     if (fused > 0) {
-        for (auto& w : gu.f8) w.nt_major = true;
-        for (auto& w : dn.f8) w.nt_major = true;
+        for (auto& w : gu.f8) w.tile_order = fused == 9 ? grimoire::kNtMajor : grimoire::kNtMajorPaired;
+        for (auto& w : dn.f8) w.tile_order = grimoire::kNtMajor;
     }
     size_t pb1 = 0, pb2 = 0;
     int nc1 = 0, nc2 = 0;
@@ -658,7 +661,7 @@ double library_chain_ms(int L, int fused = 0) {
                 gc::mlp_fp8(gu.f8[l], dn.f8[l], txn, th, ty, ws, s);
                 return;
             }
-            if (FP8 && fused == 8) {  // the norm in the block's launch (MlpPreNorm)
+            if (FP8 && (fused == 8 || fused == 9)) {  // the norm in the block's launch (MlpPreNorm)
                 gc::MlpPreNorm pre;
                 pre.res = tres, pre.y = ty, pre.w = lwnf, pre.eps = kEps;
                 gc::mlp_fp8(gu.f8[l], dn.f8[l], Tensor{}, th, ty, ws, s, &pre);
@@ -908,6 +911,7 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
         record("library_fused_alone", library_chain_ms<FP8>(L, 6));
         record("library_fused_noscale", library_chain_ms<FP8>(L, 7));
         const double t_norm = record("library_fused_norm", library_chain_ms<FP8>(L, 8));
+        record("library_fused_norm_unpaired", library_chain_ms<FP8>(L, 9));
         grimoire::bench::add_entry(ratios, fmt + "_fused_norm_over_library", t_norm / t_lib);
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_library", t_fused / t_lib);
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_persist", t_fused / t[0][0]);

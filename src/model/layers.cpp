@@ -40,9 +40,16 @@ Tensor WeightLoader::vector_f32(const std::string& name, int64_t n) {
     return out;
 }
 
-std::unique_ptr<Linear> WeightLoader::linear(const std::string& prefix, int64_t in, int64_t out, bool bias) {
+std::unique_ptr<Linear> WeightLoader::linear(const std::string& prefix, int64_t in, int64_t out, bool bias,
+                                             WeightRole role) {
     if (bias && !ckpt_.has(prefix + ".bias"))
         throw Error(ckpt_.dir() + ": tensor '" + prefix + ".bias' not found (the config asks for a bias)");
+    if (role != WeightRole::OTHER) {  // a quantized weight through its host form, to carry the hint
+        if (std::optional<QuantHost> h = quantized(prefix, in, out, bias)) {
+            h->role = role;
+            return quantized_linear(std::move(*h));
+        }
+    }
     auto lin = load_linear(be_, ckpt_, prefix, qc_, bias);
     if (lin->in_features() != in || lin->out_features() != out)
         throw Error(ckpt_.dir() + ": linear '" + prefix + "': expected [out, in] = " + shape_str({out, in}) +
@@ -210,7 +217,7 @@ bool quant_stacking_enabled() {
 }  // namespace
 
 ProjGroup load_proj_group(WeightLoader& wl, const std::vector<std::string>& prefixes, int64_t in,
-                          const std::vector<int64_t>& outs, bool bias) {
+                          const std::vector<int64_t>& outs, bool bias, WeightRole role) {
     if (!bias)
         if (Tensor s = wl.stacked(prefixes, in, outs); s.data) return ProjGroup(wl.backend(), s, outs);
     const size_t n = prefixes.size();
@@ -225,7 +232,9 @@ ProjGroup load_proj_group(WeightLoader& wl, const std::vector<std::string>& pref
             while (quant_stacking_enabled() && j < n && q[j] && can_stack(*q[j - 1], *q[j])) ++j;
             std::vector<QuantHost> run;
             for (size_t k = i; k < j; ++k) run.push_back(std::move(*q[k]));
-            units.push_back(wl.quantized_linear(stack_quantized(std::move(run))));
+            QuantHost unit = stack_quantized(std::move(run));
+            if (i == 0 && j == n) unit.role = role;
+            units.push_back(wl.quantized_linear(std::move(unit)));
         } else {
             while (j < n && !q[j]) ++j;
             const std::vector<std::string> sub(prefixes.begin() + static_cast<std::ptrdiff_t>(i),
@@ -293,8 +302,8 @@ MlpWeights load_mlp(
     WeightLoader& wl, const std::string& prefix, int64_t hidden, int64_t intermediate, bool bias) {
     MlpWeights w;
     w.gate_up = load_proj_group(wl, {prefix + ".gate_proj", prefix + ".up_proj"}, hidden,
-                                {intermediate, intermediate}, bias);
-    w.down = wl.linear(prefix + ".down_proj", intermediate, hidden, bias);
+                                {intermediate, intermediate}, bias, WeightRole::GLU_GATE_UP);
+    w.down = wl.linear(prefix + ".down_proj", intermediate, hidden, bias, WeightRole::MLP_DOWN);
     return w;
 }
 

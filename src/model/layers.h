@@ -34,8 +34,10 @@ class WeightLoader {
     // A 1-D parameter (norm weight, bias) as F32.
     Tensor vector_f32(const std::string& name, int64_t n);
     // The Linear at `prefix` (any weight format) with the given sizes; `bias` says whether `prefix.bias` must
-    // be present (true) or absent (false).
-    std::unique_ptr<Linear> linear(const std::string& prefix, int64_t in, int64_t out, bool bias);
+    // be present (true) or absent (false). `role`: what the weight is in the model (a layout hint for quantized
+    // weights, quant/quantized.h WeightRole).
+    std::unique_ptr<Linear> linear(const std::string& prefix, int64_t in, int64_t out, bool bias,
+                                   WeightRole role = WeightRole::OTHER);
     // The weights of the projections at `prefixes` (same input) stacked along out into one [sum outs, in]
     // tensor, when all are plain float weights of one dtype without bias; an empty Tensor otherwise
     // (quantized formats, biases).
@@ -114,9 +116,9 @@ class ProjGroup {
 
 // Stacked when possible (runs of consecutive parts that stack; the environment variable GRIMOIRE_STACK_QUANT=0
 // keeps quantized parts separate, for A/B measurements), else loaded one by one with the same shape checks and
-// errors as WeightLoader::linear.
+// errors as WeightLoader::linear. `role` goes to a quantized unit that stacks every part (a hint, as there).
 ProjGroup load_proj_group(WeightLoader& wl, const std::vector<std::string>& prefixes, int64_t in,
-                          const std::vector<int64_t>& outs, bool bias);
+                          const std::vector<int64_t>& outs, bool bias, WeightRole role = WeightRole::OTHER);
 
 struct AttentionWeights {
     ProjGroup qkv;  // q [Hq * D], k, v [Hkv * D]

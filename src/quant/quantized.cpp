@@ -286,6 +286,7 @@ std::unique_ptr<Linear> make_quantized_linear(Backend& be, QuantHost h) {
     }
     if (h.int4) return make_int4_linear(be, std::move(*h.int4), bias, std::move(h.format), h.stored_bytes);
     GRIMOIRE_CHECK(h.fp8.has_value(), "make_quantized_linear: no weight");
+    h.fp8->role = h.role;
     return make_fp8_linear(be, std::move(*h.fp8), bias, std::move(h.format), h.stored_bytes);
 }
 

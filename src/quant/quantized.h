@@ -15,6 +15,12 @@
 
 namespace grimoire {
 
+// What a weight is in its model: a layout hint for backends that pack weights per use (the CUDA FP8 linear packs
+// the MLP's two weights in the order of its one-launch MLP block, backend/cuda/quant_linear.cpp). Results never
+// depend on it. GLU_GATE_UP: a stacked [gate; up] weight [2 I, D] (forward_glu / forward_mlp); MLP_DOWN: the
+// down projection [D, I] beside it.
+enum class WeightRole : uint8_t { OTHER, GLU_GATE_UP, MLP_DOWN };
+
 // Canonical INT4: see cpu::Int4Weights for the dequant formula.
 struct Int4Host {
     std::vector<uint8_t> q;       // [N, K] u8 0..15 (the CPU Linear keeps it packed: cpu::pack_int4)
@@ -28,6 +34,7 @@ struct Fp8Host {
     std::vector<uint8_t> w;       // [N, K] e4m3
     std::vector<float> scales;    // [ceil(N / bn), ceil(K / bk)] f32
     int64_t N = 0, K = 0, bn = 1, bk = 1;
+    WeightRole role = WeightRole::OTHER;
 };
 
 // `format` names the checkpoint format for format(); `stored_bytes` is what the checkpoint stores for this
@@ -57,6 +64,7 @@ struct QuantHost {
     std::vector<const TensorInfo*> bias;  // per stacked part, `prefix.bias` [N_i] (validated); empty: no bias
     std::string format;                   // Linear::format()
     size_t stored_bytes = 0;
+    WeightRole role = WeightRole::OTHER;  // set by the model's loader (stack_quantized leaves OTHER)
     int64_t N() const { return int4 ? int4->N : fp8->N; }
     int64_t K() const { return int4 ? int4->K : fp8->K; }
 };

@@ -154,9 +154,14 @@ std::vector<float> unpack_int4(const PackedInt4& p) {
     return out;
 }
 
-PackedFp8 repack_fp8(const Fp8Host& w, bool nt_major) {
+PackedFp8 repack_fp8(const Fp8Host& w, int order) {
     PackedFp8 p;
-    p.N = w.N, p.K = w.K, p.bn = w.bn, p.bk = w.bk, p.nt_major = nt_major;
+    p.N = w.N, p.K = w.K, p.bn = w.bn, p.bk = w.bk, p.tile_order = order;
+    if (order != kChunkMajor && order != kNtMajor && order != kNtMajorPaired)
+        throw Error("fp8 repack: unknown tile order " + std::to_string(order));
+    if (order == kNtMajorPaired && w.N % 32 != 0)
+        throw Error("fp8 repack: the paired tile order needs two halves of whole 16-row n-tiles (N " +
+                    std::to_string(w.N) + " is not a multiple of 32)");
     p.NT = (w.N + 15) / 16, p.KC = (w.K + 63) / 64;
     p.SN = (w.N + w.bn - 1) / w.bn, p.SG = (w.K + w.bk - 1) / w.bk;
     if (p.SG > 1 && w.bk % 16 != 0)
@@ -177,7 +182,7 @@ PackedFp8 repack_fp8(const Fp8Host& w, bool nt_major) {
                             const uint32_t v = n < w.N && k < w.K ? w.w[static_cast<size_t>(n * w.K + k)] : 0u;
                             word |= v << (8 * byte);
                         }
-                        p.words[static_cast<size_t>((tile_index(nt, c, p.NT, p.KC, p.nt_major) * 32 + lane) * 8 + kt * 2 + half)] =
+                        p.words[static_cast<size_t>((tile_index(nt, c, p.NT, p.KC, p.tile_order) * 32 + lane) * 8 + kt * 2 + half)] =
                             word;
                     }
     return p;
@@ -192,7 +197,7 @@ std::vector<float> unpack_fp8(const PackedFp8& p) {
                 for (int kt = 0; kt < 4; ++kt)
                     for (int b = 0; b < 8; ++b) {
                         const uint32_t word =
-                            p.words[static_cast<size_t>((tile_index(nt, c, p.NT, p.KC, p.nt_major) * 32 + lane) * 8 + kt * 2 + (b >> 2))];
+                            p.words[static_cast<size_t>((tile_index(nt, c, p.NT, p.KC, p.tile_order) * 32 + lane) * 8 + kt * 2 + (b >> 2))];
                         int r, col;
                         fp8_pos(lane, b, r, col);
                         const int64_t n = nt * 16 + r, k = c * 64 + slot_channel(pc, kt * 16 + col);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "quant/quantized.h"
+#include "quant/tile_layout.h"
 
 namespace grimoire {
 
@@ -41,7 +42,7 @@ struct PackedInt4 {
 
 struct PackedFp8 {
     int64_t N = 0, K = 0, NT = 0, KC = 0;
-    bool nt_major = false;       // tile order (tile_layout.h tile_index): chunk-major unless asked
+    int tile_order = kChunkMajor;  // tile_layout.h TileOrder: chunk-major unless asked
     int64_t bn = 1, bk = 1;      // scale grid: scales[n / bn][k / bk]
     int64_t SN = 0, SG = 0;      // its shape
     std::vector<uint32_t> words;  // tiles (tile_layout.h) x [32][8]
@@ -51,8 +52,9 @@ struct PackedFp8 {
 // Throws Error when the layout cannot be expressed (groups of unequal size after sorting, a group size not a
 // multiple of 16, zero points outside 0..127).
 PackedInt4 repack_int4(const Int4Host& w);
-// nt_major: the n-tile-major tile order (tile_layout.h), which the persistent MLP block reads.
-PackedFp8 repack_fp8(const Fp8Host& w, bool nt_major = false);
+// order: the tile order (tile_layout.h TileOrder); the n-tile-major ones are what the persistent MLP block reads.
+// kNtMajorPaired needs halves of whole n-tiles (N a multiple of 32), else Error.
+PackedFp8 repack_fp8(const Fp8Host& w, int order = kChunkMajor);
 
 // W[n][k] (k in the checkpoint's channel order) read back from the packed layout, as the kernel dequantizes it:
 // float(q - z) * scale. Used by the tests (must equal cpu::dequant_*_rows) and by Linear::dequantize().

@@ -14,22 +14,38 @@
 
 namespace grimoire {
 
-// Storage index of tile (n-tile nt, chunk c) of a weight with NT n-tiles and KC chunks. nt_major: the
-// n-tile-major order [n-tile][k-chunk] instead, where each n-tile's 16 rows are one contiguous run over all of K:
-// the one-row persistent MLP block (kernels/cuda/mlp_fp8.cu) gives each block one contiguous range of tiles, so
-// every SM streams like a copy and only the n-tiles cut by a range's ends are summed across blocks.
-GRIMOIRE_HD int64_t tile_index(int64_t nt, int64_t c, int64_t NT, int64_t KC, bool nt_major = false) {
-    return nt_major ? nt * KC + c : c * NT + nt;
+// Tile orders of a repacked weight.
+//   kChunkMajor: [k-chunk][n-tile], the qmm kernels' order (above).
+//   kNtMajor: [n-tile][k-chunk], each n-tile's 16 rows one contiguous run over all of K: the one-row persistent
+//     MLP block (kernels/cuda/mlp_fp8.cu) gives each block one contiguous range of tiles, so every SM streams
+//     like a copy and only the n-tiles cut by a range's ends are summed across blocks.
+//   kNtMajorPaired: kNtMajor with the n-tiles of the weight's two halves interleaved (n-tile p of the first
+//     half, then n-tile p of the second: physical n-tile 2 p, 2 p + 1), for a stacked [gate; up] weight whose
+//     halves are whole n-tiles. The MLP block computes h = silu(g) * u for the pairs inside its range, so it
+//     reads gate p and up p together: here one contiguous run, where over kNtMajor every slot of the ring was
+//     two copies from two places (H100, session 30: ~4 us of a 27B layer's gate | up stream).
+// Logical n-tile indices (outputs, scales) are the same in every order; only where a tile is stored differs.
+enum TileOrder : int { kChunkMajor = 0, kNtMajor = 1, kNtMajorPaired = 2 };
+
+// Where logical n-tile nt of NT (even) is stored in the paired order, and back.
+GRIMOIRE_HD int64_t paired_slot(int64_t nt, int64_t NT) { return nt < NT / 2 ? 2 * nt : 2 * (nt - NT / 2) + 1; }
+GRIMOIRE_HD int64_t paired_tile(int64_t slot, int64_t NT) { return (slot >> 1) + (slot & 1) * (NT / 2); }
+
+// Storage index of tile (n-tile nt, chunk c) of a weight with NT n-tiles and KC chunks in tile order `order`.
+GRIMOIRE_HD int64_t tile_index(int64_t nt, int64_t c, int64_t NT, int64_t KC, int order = kChunkMajor) {
+    if (order == kChunkMajor) return c * NT + nt;
+    return (order == kNtMajorPaired ? paired_slot(nt, NT) : nt) * KC + c;
 }
 
 // The inverse: storage index i -> (nt, c).
-GRIMOIRE_HD void tile_coords(int64_t i, int64_t NT, int64_t KC, int64_t& nt, int64_t& c, bool nt_major = false) {
-    if (nt_major) {
-        nt = i / KC;
-        c = i - nt * KC;
-    } else {
+GRIMOIRE_HD void tile_coords(int64_t i, int64_t NT, int64_t KC, int64_t& nt, int64_t& c, int order = kChunkMajor) {
+    if (order == kChunkMajor) {
         c = i / NT;
         nt = i - c * NT;
+    } else {
+        const int64_t slot = i / KC;
+        c = i - slot * KC;
+        nt = order == kNtMajorPaired ? paired_tile(slot, NT) : slot;
     }
 }
 

@@ -1,7 +1,8 @@
 // The one-row FP8 MLP block in one persistent launch (cuda::mlp_fp8, src/kernels/cuda/mlp_fp8.cu) against the
 // CPU oracle, on the H200; skipped without a GPU. Fresh random weights and inputs every run (seed printed).
 //
-// Kernel level (weights packed n-tile-major, the order it reads), on shapes where the blocks' ranges cut
+// Kernel level (weights packed in the orders it reads: gate | up kNtMajorPaired as the CUDA linear packs it,
+// and kNtMajor on two shapes; down kNtMajor), on shapes where the blocks' ranges cut
 // n-tiles and gate | up pairs at both ends, where one down n-tile spans ~8 ranges, with one scale group a row,
 // and the 27B MLP itself; h and y poisoned with NaN before each launch:
 //   h against fp64 silu(g) * u. The kernel rounds g, u and h to BF16 (each at most 2^-9 relative) and sums in
@@ -11,8 +12,8 @@
 //   y against fp64 down (the kernel's own h): 2e-5 sum |wd h| + 2^-8 |y| (fp32 summation, one BF16 rounding).
 //   Three launches give identical bits (deterministic sums of the cut n-tiles and pairs) and leave the
 //   workspace counters at zero (the qmm kernels share them).
-// Linear level: offers_mlp for one row of an FP8 gate | up with an FP8 down only, and only with
-// GRIMOIRE_MLP_FUSED=1; forward_mlp direct, captured and replayed equals itself bit for bit and the unfused
+// Linear level: offers_mlp for one row of an FP8 gate | up with an FP8 down only, only for weights the loader
+// marks as the MLP's (Fp8Host::role) and only with GRIMOIRE_MLP_FUSED=1; forward_mlp direct, captured and replayed equals itself bit for bit and the unfused
 // forward_glu + down to BF16 rounding (the fused launch where offered). forward_norm_mlp (the norm in the same
 // launch where offered: GRIMOIRE_MLP_FUSED_NORM=1 too) leaves res as add_rmsnorm does, bit for bit, and its
 // output matches add_rmsnorm + the block to BF16 rounding.
@@ -44,11 +45,11 @@ std::vector<float> dequant(const Fp8Host& h) {
     return w;
 }
 
-// A packed device copy of an FP8 weight for direct cuda:: calls, n-tile-major (the order mlp_fp8 reads).
-cuda::Fp8Dev upload_fp8(DirectQmm& q, const Fp8Host& h) {
-    const PackedFp8 p = repack_fp8(h, true);
+// A packed device copy of an FP8 weight for direct cuda:: calls in tile order `order` (tile_layout.h).
+cuda::Fp8Dev upload_fp8(DirectQmm& q, const Fp8Host& h, int order) {
+    const PackedFp8 p = repack_fp8(h, order);
     cuda::Fp8Dev d;
-    d.nt_major = true;
+    d.tile_order = order;
     d.N = p.N, d.K = p.K, d.NT = p.NT, d.KC = p.KC, d.bn = p.bn, d.bk = p.bk, d.SN = p.SN, d.SG = p.SG;
     d.words = static_cast<const uint32_t*>(q.up(p.words.data(), p.words.size() * 4));
     d.scales = static_cast<const float*>(q.up(p.scales.data(), p.scales.size() * 4));
@@ -66,17 +67,19 @@ double silu(double v) { return v / (1.0 + std::exp(-v)); }
 
 struct MlpCase {
     int64_t D, I;
+    int gu_order;  // gate | up's tile order
 };
 class CudaMlpFp8 : public ::testing::TestWithParam<MlpCase> {};
 
 TEST_P(CudaMlpFp8, MatchesOracleAndIsDeterministic) {
     GRIMOIRE_REQUIRE_GPU();
-    const auto [D, I] = GetParam();
+    const auto [D, I, gu_order] = GetParam();
     std::mt19937 rng(fresh_seed());
     const Fp8Host gu = random_fp8(2 * I, D, true, rng), dn = random_fp8(D, I, true, rng);
-    const std::string what = "D " + std::to_string(D) + " I " + std::to_string(I);
+    const std::string what = "D " + std::to_string(D) + " I " + std::to_string(I) + " gate | up order " +
+                             std::to_string(gu_order);
     DirectQmm q;
-    const cuda::Fp8Dev dgu = upload_fp8(q, gu), ddn = upload_fp8(q, dn);
+    const cuda::Fp8Dev dgu = upload_fp8(q, gu, gu_order), ddn = upload_fp8(q, dn, kNtMajor);
     if (!hopper()) GTEST_SKIP() << "mlp_fp8 needs sm_90";
     ASSERT_TRUE(cuda::mlp_fp8_ok(dgu, ddn)) << what;
     // The qmm workspace of the larger weight plus the kernel's own need, counters zero.
@@ -157,10 +160,12 @@ TEST_P(CudaMlpFp8, MatchesOracleAndIsDeterministic) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes,
                          CudaMlpFp8,
-                         ::testing::Values(MlpCase{256, 8192},     // down: an n-tile over ~8 blocks' ranges
-                                           MlpCase{128, 4096},     // one scale group a row in gate | up
-                                           MlpCase{2432, 4480},    // n-tiles cut at both ends of most ranges
-                                           MlpCase{5120, 17408})); // the 27B MLP
+                         ::testing::Values(MlpCase{256, 8192, kNtMajorPaired},  // down: an n-tile over ~8 ranges
+                                           MlpCase{128, 4096, kNtMajorPaired},  // one scale group a row in gate | up
+                                           MlpCase{2432, 4480, kNtMajorPaired}, // n-tiles cut at both ends of ranges
+                                           MlpCase{5120, 17408, kNtMajorPaired},  // the 27B MLP
+                                           MlpCase{2432, 4480, kNtMajor},  // gate | up read from two places
+                                           MlpCase{5120, 17408, kNtMajor}));
 
 TEST(CudaMlpFp8Linear, OffersOneRowAndMatchesTheUnfusedBlock) {
     GRIMOIRE_REQUIRE_GPU();
@@ -170,13 +175,33 @@ TEST(CudaMlpFp8Linear, OffersOneRowAndMatchesTheUnfusedBlock) {
     std::mt19937 rng(fresh_seed());
     CudaBackend gpu(0, DType::BF16);
     const int64_t D = 2432, I = 4480;
-    auto gu = make_fp8_linear(gpu, random_fp8(2 * I, D, true, rng), Tensor{}, "test fp8", 0);
-    auto dn = make_fp8_linear(gpu, random_fp8(D, I, true, rng), Tensor{}, "test fp8", 0);
-    auto dn_channel = make_fp8_linear(gpu, random_fp8(D, I, false, rng), Tensor{}, "test fp8", 0);
+    auto host = [&](int64_t N, int64_t K, bool block, WeightRole role) {
+        Fp8Host h = random_fp8(N, K, block, rng);
+        h.role = role;
+        return h;
+    };
+    const Fp8Host hgu = host(2 * I, D, true, WeightRole::GLU_GATE_UP), hdn = host(D, I, true, WeightRole::MLP_DOWN);
+    // Unmarked weights keep the chunk-major order, which the block does not read.
+    const Fp8Host hgu_plain = host(2 * I, D, true, WeightRole::OTHER), hdn_plain = host(D, I, true, WeightRole::OTHER);
+    auto gu = make_fp8_linear(gpu, hgu, Tensor{}, "test fp8", 0);
+    auto dn = make_fp8_linear(gpu, hdn, Tensor{}, "test fp8", 0);
+    auto dn_channel = make_fp8_linear(gpu, host(D, I, false, WeightRole::MLP_DOWN), Tensor{}, "test fp8", 0);
+    auto gu_plain = make_fp8_linear(gpu, hgu_plain, Tensor{}, "test fp8", 0);
+    auto dn_plain = make_fp8_linear(gpu, hdn_plain, Tensor{}, "test fp8", 0);
     EXPECT_EQ(gu->offers_mlp(1, *dn), on);
     EXPECT_FALSE(gu->offers_mlp(2, *dn));
     EXPECT_FALSE(gu->offers_mlp(1, *dn_channel));  // per-channel scales: one group a row
     EXPECT_FALSE(dn->offers_mlp(1, *gu));          // not a gate | up over down's shapes
+    const char* all_ntm = std::getenv("GRIMOIRE_FP8_NT_MAJOR");
+    if (!(all_ntm && all_ntm[0] == '1')) {
+        EXPECT_FALSE(gu_plain->offers_mlp(1, *dn));
+        EXPECT_FALSE(gu->offers_mlp(1, *dn_plain));
+    }
+    // Whatever order each was packed in, dequantize (the packed tiles read back through tile_index) gives the
+    // oracle's weight bit for bit.
+    EXPECT_TRUE(gu->dequantize() == dequant(hgu)) << "gate | up";
+    EXPECT_TRUE(dn->dequantize() == dequant(hdn)) << "down";
+    EXPECT_TRUE(gu_plain->dequantize() == dequant(hgu_plain)) << "unmarked gate | up";
 
     Tensor x = test::put(gpu, test::rand_bf16(static_cast<size_t>(D), rng(), -2.0f, 2.0f), DType::BF16, {1, D});
     Tensor want = gpu.alloc_persistent(DType::BF16, {1, D}), got = gpu.alloc_persistent(DType::BF16, {1, D});

@@ -145,33 +145,52 @@ TEST_P(RepackFp8, UnpackEqualsOracleExactly) {
     for (auto& s : h.scales) s = d(rng);
     std::vector<float> want(static_cast<size_t>(c.N * c.K));
     cpu::dequant_fp8_rows({h.w.data(), h.scales.data(), h.N, h.K, h.bn, h.bk}, 0, h.N, want.data());
-    const PackedFp8 p = repack_fp8(h), pn = repack_fp8(h, true);
-    for (const PackedFp8* q : {&p, &pn}) {
-        const std::vector<float> got = unpack_fp8(*q);
+    const PackedFp8 p = repack_fp8(h);
+    std::vector<int> orders = {kNtMajor};
+    if (c.N % 32 == 0)
+        orders.push_back(kNtMajorPaired);
+    else
+        EXPECT_THROW(repack_fp8(h, kNtMajorPaired), Error);  // the halves are not whole n-tiles
+    for (const int order : {kChunkMajor, kNtMajor, kNtMajorPaired}) {
+        if (order != kChunkMajor && std::find(orders.begin(), orders.end(), order) == orders.end()) continue;
+        const PackedFp8 q = order == kChunkMajor ? p : repack_fp8(h, order);
+        ASSERT_EQ(q.tile_order, order);
+        const std::vector<float> got = unpack_fp8(q);
         size_t bad = 0;
         for (size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i];
-        EXPECT_EQ(bad, 0u) << "of " << got.size() << (q->nt_major ? " (n-tile-major)" : " (chunk-major)");
-    }
-    // The two orders hold the same tiles: tile (nt, c) of one is tile (nt, c) of the other, and the n-tile-major
-    // one stores an n-tile's chunks contiguously.
-    ASSERT_EQ(p.words.size(), pn.words.size());
-    size_t moved = 0;
-    for (int64_t nt = 0; nt < p.NT; ++nt)
-        for (int64_t c = 0; c < p.KC; ++c) {
-            const size_t i = static_cast<size_t>(tile_index(nt, c, p.NT, p.KC) * 256);
-            const size_t j = static_cast<size_t>(tile_index(nt, c, p.NT, p.KC, true) * 256);
-            ASSERT_EQ(j, static_cast<size_t>((nt * p.KC + c) * 256));
-            moved += std::memcmp(&p.words[i], &pn.words[j], 1024) != 0;
+        EXPECT_EQ(bad, 0u) << "of " << got.size() << ", tile order " << order;
+        // Every order holds the same tiles: tile (nt, c) of one is tile (nt, c) of the chunk-major one. The
+        // n-tile-major ones store an n-tile's chunks contiguously; the paired one puts n-tile p of the first half
+        // and n-tile p of the second side by side.
+        ASSERT_EQ(p.words.size(), q.words.size());
+        size_t moved = 0, misplaced = 0, coords = 0;
+        for (int64_t nt = 0; nt < p.NT; ++nt)
+            for (int64_t cc = 0; cc < p.KC; ++cc) {
+                const int64_t i = tile_index(nt, cc, p.NT, p.KC), j = tile_index(nt, cc, q.NT, q.KC, order);
+                const int64_t slot = order == kNtMajorPaired ? (nt < p.NT / 2 ? 2 * nt : 2 * (nt - p.NT / 2) + 1) : nt;
+                if (order != kChunkMajor) misplaced += j != slot * p.KC + cc;
+                moved += std::memcmp(&p.words[static_cast<size_t>(i * 256)], &q.words[static_cast<size_t>(j * 256)],
+                                     1024) != 0;
+                int64_t bn = -1, bc = -1;
+                tile_coords(j, q.NT, q.KC, bn, bc, order);
+                coords += bn != nt || bc != cc;
+            }
+        EXPECT_EQ(moved, 0u) << "tile order " << order;
+        EXPECT_EQ(misplaced, 0u) << "tile order " << order;
+        EXPECT_EQ(coords, 0u) << "tile_coords is not tile_index's inverse, tile order " << order;
+        if (order == kNtMajorPaired) {
+            for (int64_t pr = 0; pr < p.NT / 2; ++pr) {
+                EXPECT_EQ(tile_index(pr + p.NT / 2, 0, p.NT, p.KC, order), tile_index(pr, 0, p.NT, p.KC, order) + p.KC);
+            }
         }
-    EXPECT_EQ(moved, 0u);
-    int64_t nt = -1, cc = -1;
-    tile_coords(5 * p.KC + 3 < p.NT * p.KC ? 5 * p.KC + 3 : 0, p.NT, p.KC, nt, cc, true);
-    EXPECT_EQ(tile_index(nt, cc, p.NT, p.KC, true), 5 * p.KC + 3 < p.NT * p.KC ? 5 * p.KC + 3 : 0);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RepackFp8,
                          ::testing::Values(Fp8Case{16, 64, 128, 128}, Fp8Case{300, 260, 128, 128},
-                                           Fp8Case{17, 1000, 1, 1000}, Fp8Case{50, 77, 50, 77}));
+                                           Fp8Case{17, 1000, 1, 1000}, Fp8Case{50, 77, 50, 77},
+                                           Fp8Case{96, 260, 32, 128},     // paired: scale rows of two n-tiles
+                                           Fp8Case{320, 130, 128, 128})); // paired: gate | up of I = 160
 
 // The W8A8 prefill's unpack (kernels/cuda quant_dequant.cuh unpack_fp8_chunk) reads a chunk-permuted FP8 tile back
 // in row order through tile_layout.h fp8_row_word: lane (g, t)'s 16 bytes of rows g and g + 8 must be the

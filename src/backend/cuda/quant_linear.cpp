@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -338,16 +339,18 @@ class CudaFp8Linear final : public CudaQuantLinear {
         : CudaQuantLinear(be, h.N, h.K, bias, std::move(fmt), bytes) {
         PackedFp8 p;
         const bool random = h.w.empty();
+        const int order = tile_order_for(h);
         if (random) {
             p.N = h.N, p.K = h.K, p.bn = h.bn, p.bk = h.bk;
             p.NT = (h.N + 15) / 16, p.KC = (h.K + 63) / 64;
             p.SN = (h.N + h.bn - 1) / h.bn, p.SG = (h.K + h.bk - 1) / h.bk;
-            p.nt_major = nt_major_requested();
+            p.tile_order = order;
         } else {
-            p = repack_fp8(h, nt_major_requested());
+            p = repack_fp8(h, order);
         }
+        const bool glu_role = h.role == WeightRole::GLU_GATE_UP;
         h = Fp8Host{};
-        if (mlp_enabled()) {  // the opt-in one-launch MLP block's partials and counters, as a gate | up [2 I, D]
+        if (mlp_enabled() && glu_role) {  // the opt-in one-launch MLP block's partials and counters (D = K, I = N / 2)
             size_t mlp_partial = 0;
             int mlp_counters = 0;
             cuda::mlp_fp8_workspace_need(p.K, p.N / 2, &mlp_partial, &mlp_counters);
@@ -355,7 +358,7 @@ class CudaFp8Linear final : public CudaQuantLinear {
             be.reserve_quant_ws(CudaBackend::QuantWs::COUNTERS, static_cast<size_t>(mlp_counters) * sizeof(int));
         }
         d_.N = p.N, d_.K = p.K, d_.NT = p.NT, d_.KC = p.KC, d_.bn = p.bn, d_.bk = p.bk, d_.SN = p.SN, d_.SG = p.SG;
-        d_.nt_major = p.nt_major;
+        d_.tile_order = p.tile_order;
         qmm_ok_ = cuda::qmm_supported(p.bk, p.SG);
         const size_t nwords = static_cast<size_t>(p.NT * p.KC * 32 * 8);
         const size_t nscales = static_cast<size_t>(p.SN * p.SG);
@@ -387,7 +390,7 @@ class CudaFp8Linear final : public CudaQuantLinear {
     std::vector<float> dequantize() const override {
         PackedFp8 p;
         p.N = d_.N, p.K = d_.K, p.NT = d_.NT, p.KC = d_.KC, p.bn = d_.bn, p.bk = d_.bk, p.SN = d_.SN, p.SG = d_.SG;
-        p.nt_major = d_.nt_major;
+        p.tile_order = d_.tile_order;
         download(d_.words, p.words, static_cast<size_t>(p.NT * p.KC * 32 * 8));
         download(d_.scales, p.scales, static_cast<size_t>(p.SN * p.SG));
         return unpack_fp8(p);
@@ -407,9 +410,9 @@ class CudaFp8Linear final : public CudaQuantLinear {
     bool conv_ok(int64_t M) const override { return cuda::qmm_conv_ok(true, false, M, d_.N, d_.K, d_.bk, d_.SG); }
 
     // One row: the MLP block as one persistent launch (cuda::mlp_fp8) where down is FP8 too and the kernel takes
-    // the shapes, only with GRIMOIRE_MLP_FUSED=1 (which packs every FP8 weight n-tile-major, the order the kernel
-    // reads; the qmm kernels take it on their one-pass form). An opt-in until measured faster end to end
-    // (docs/BENCHMARKS.md session 30).
+    // the shapes, only with GRIMOIRE_MLP_FUSED=1 (which packs the weights the loader marks as the MLP's in the
+    // orders the kernel reads, tile_order_for; the qmm kernels take them on their one-pass form). An opt-in until
+    // measured faster end to end (docs/BENCHMARKS.md session 30).
     bool offers_mlp(int64_t rows, const Linear& down) const override {
         const auto* d = dynamic_cast<const CudaFp8Linear*>(&down);
         return mlp_enabled() && rows == 1 && d && wdt_ == DType::BF16 && qmm_ok_ && d->qmm_ok_ && !bias_.data &&
@@ -480,11 +483,21 @@ class CudaFp8Linear final : public CudaQuantLinear {
         }();
         return on;
     }
-    // The tile order of every FP8 weight loaded from here on: n-tile-major with the fused MLP block, or alone
-    // with GRIMOIRE_FP8_NT_MAJOR=1 (the layout's own A/B on the qmm kernels); chunk-major otherwise.
-    static bool nt_major_requested() {
+    // The tile order of a weight (tile_layout.h TileOrder). With the fused MLP block, the weights the loader marks
+    // as an MLP's (Fp8Host::role) in the orders the block reads: gate | up kNtMajorPaired where its halves are
+    // whole n-tiles (GRIMOIRE_MLP_PAIRED=0: kNtMajor, the A/B), down kNtMajor. The others keep chunk-major: the
+    // qmv kernel over kNtMajor was slightly slower (H100, session 30: 27B FP8 decode 0.843 against 0.854 of
+    // roofline). GRIMOIRE_FP8_NT_MAJOR=1 packs every other weight kNtMajor (the layout's own A/B on the qmm
+    // kernels), =paired kNtMajorPaired where N allows (so the GPU tests run every kernel over that order).
+    static int tile_order_for(const Fp8Host& h) {
+        if (mlp_enabled() && h.role == WeightRole::GLU_GATE_UP) {
+            const char* e = std::getenv("GRIMOIRE_MLP_PAIRED");
+            return h.N % 32 == 0 && !(e && e[0] == '0') ? kNtMajorPaired : kNtMajor;
+        }
+        if (mlp_enabled() && h.role == WeightRole::MLP_DOWN) return kNtMajor;
         const char* e = std::getenv("GRIMOIRE_FP8_NT_MAJOR");
-        return mlp_enabled() || (e && e[0] == '1');
+        if (e && std::string(e) == "paired") return h.N % 32 == 0 ? kNtMajorPaired : kNtMajor;
+        return e && e[0] == '1' ? kNtMajor : kChunkMajor;
     }
 
     // Prefill through the W8A8 FP8 GEMM, unless GRIMOIRE_FP8_GEMM=0 (read when a weight is loaded). The

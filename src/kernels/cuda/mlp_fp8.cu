@@ -20,9 +20,11 @@
 // streams the same bytes, each as a copy would, in 16-tile (16 KB) bulk copies. A range crosses n-tiles, so
 // only the n-tiles cut by a range's two ends are summed across blocks (at most two per block).
 //
-// Gate | up is streamed in pair order: gate n-tile p, then its partner, up n-tile p + I / 16 (two contiguous
-// runs of the weight; a slot is one or two bulk copies), so a block holds both halves of every pair inside its
-// range and computes those 16 channels of h = silu(g) * u itself. Only the pairs cut by range boundaries are
+// Gate | up is streamed in pair order: gate n-tile p, then its partner, up n-tile p + I / 16, so a block holds
+// both halves of every pair inside its range and computes those 16 channels of h = silu(g) * u itself. Packed
+// kNtMajorPaired (the CUDA linear does so for a weight the loader marks as the MLP's gate | up) the pairs are
+// stored in that order and a block's range is one contiguous run; over kNtMajor it is two runs, a slot one or
+// two bulk copies (H100, session 30: ~4 us of a 27B layer against one contiguous range). Only the pairs cut by range boundaries are
 // shared: each block stores its piece of them (32 sums) before the grid barrier, and after it every block adds
 // the two pieces of every cut pair (block order) into its own copy of h. So stage A's tail is one round of
 // stores and the barrier, not a chain of global round trips (session 30: four of them cost ~8 us an MLP on
@@ -48,6 +50,7 @@
 #include "kernels/cuda/quant.h"
 #include "kernels/cuda/quant_mma.cuh"
 #include "kernels/cuda/quant_mma_tma.cuh"
+#include "quant/tile_layout.h"
 
 namespace grimoire::cuda {
 
@@ -66,19 +69,25 @@ constexpr int kPrefetchBytes = 0;
 constexpr int kStageBatch = 8;  // 16-byte pieces of x / h (and cut pairs' rows) a consumer thread stages
 constexpr int kNormVecs = 2;    // the pre-norm's 8-channel vectors a consumer thread holds (D <= 8192)
 
-// One stage: a weight of NT n-tiles x KC chunks, nt-major, as U = NT KC / 2 units of two tiles, streamed in
-// the order of its logical n-tiles: the physical ones, or (paired, gate | up) gate p, up p, gate p + 1, ...
+// One stage: a weight of NT n-tiles x KC chunks in an n-tile-major order, as U = NT KC / 2 units of two tiles,
+// streamed in the order of its logical n-tiles: the weight's own, or (paired, gate | up) gate p, up p, gate p + 1,
+// ... Stream position l is the weight's n-tile logical(l), stored where tile_index puts it: in kNtMajorPaired
+// order (gate | up packed for this kernel) stream position l is also storage n-tile l, so a block's range is
+// one contiguous run of the weight; in kNtMajor order a paired stream reads from two places.
 struct StageArgs {
     const uint8_t* words;  // [NT][KC] tiles of kTileBytes
     const float* scales;   // [SN][SG]
     int NT, KC, bn, SG, U;
     int paired;
+    int order;      // the weight's tile order (tile_layout.h TileOrder): kNtMajor or kNtMajorPaired
     float* part;    // down: [G][2][16] each block's partial sums of its first / last n-tile where the range cuts
                     // them; gate | up: [G][2][32] its pieces (g rows, u rows) of the pairs its range's ends cut
     unsigned* cnt;  // down: [NT] blocks arrived on a cut n-tile, left at zero
-    // The physical n-tile of logical n-tile l (device code only: see the sm_90 guard below).
+    // The weight's n-tile at stream position l, and where tile (l, c) is stored (device code only: see the sm_90
+    // guard below).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    __device__ int phys(int l) const { return paired ? (l >> 1) + (l & 1) * (NT / 2) : l; }
+    __device__ int logical(int l) const { return paired ? static_cast<int>(paired_tile(l, NT)) : l; }
+    __device__ int64_t tile_at(int l, int c) const { return tile_index(logical(l), c, NT, KC, order); }
 #endif
 };
 
@@ -206,7 +215,7 @@ __device__ void stage_scales(const StageArgs& s, int t0, int t1, float* dst) {
 #pragma unroll
         for (int j = 0; j < kStageBatch; ++j) {
             const int i = base + ct + j * kWarps * 32, ln = i / s.SG;
-            v[j] = i < n ? __ldg(s.scales + static_cast<int64_t>(s.phys(nt0 + ln) * 16 / s.bn) * s.SG + (i - ln * s.SG))
+            v[j] = i < n ? __ldg(s.scales + static_cast<int64_t>(s.logical(nt0 + ln) * 16 / s.bn) * s.SG + (i - ln * s.SG))
                          : 0.0f;
         }
 #pragma unroll
@@ -240,20 +249,30 @@ __device__ void prefetch_head(const StageArgs& s, int t0, int t1, int bytes) {
                      : "memory");
 }
 
-// Producer: the block's tiles [t0, t1) of the stage, 16 a slot, each slot one bulk copy.
+// Producer: the block's tiles [t0, t1) of the stage, 16 a slot: one bulk copy a slot where its tiles are stored
+// contiguously, else one per stored run (a paired stream over kNtMajor: a copy per n-tile the slot crosses).
 __device__ void produce(const StageArgs& s, int t0, int t1, Smem& sm, uint8_t* ring, int nslots, int& it) {
     for (int t = t0; t < t1; t += kSlotTiles, ++it) {
         const int slot = it % nslots, use = it / nslots;
         if (use > 0) mbar_wait(&sm.empty[slot], (use - 1) & 1);
         const int e = min(t1, t + kSlotTiles);
         mbar_arrive_tx(&sm.full[slot], static_cast<unsigned>((e - t) * kTileBytes));
-        for (int q = t; q < e;) {  // one copy per logical n-tile the slot crosses (contiguous unless paired)
+        int q0 = t;                       // the stream tiles [q0, q) are stored contiguously from src
+        int64_t src = -1;
+        for (int q = t; q < e;) {
             const int l = q / s.KC, c = q - l * s.KC, run = min(e, (l + 1) * s.KC) - q;
-            bulk_load(ring + slot * kSlotBytes + (q - t) * kTileBytes,
-                      s.words + (static_cast<int64_t>(s.phys(l)) * s.KC + c) * kTileBytes,
-                      static_cast<unsigned>(run * kTileBytes), &sm.full[slot]);
+            const int64_t at = s.tile_at(l, c);
+            if (src < 0) {
+                src = at;
+            } else if (at != src + (q - q0)) {  // not where the last run ends: copy what is gathered
+                bulk_load(ring + slot * kSlotBytes + (q0 - t) * kTileBytes, s.words + src * kTileBytes,
+                          static_cast<unsigned>((q - q0) * kTileBytes), &sm.full[slot]);
+                q0 = q, src = at;
+            }
             q += run;
         }
+        bulk_load(ring + slot * kSlotBytes + (q0 - t) * kTileBytes, s.words + src * kTileBytes,
+                  static_cast<unsigned>((e - q0) * kTileBytes), &sm.full[slot]);
     }
 }
 
@@ -647,8 +666,8 @@ void mlp_fp8_workspace_need(int64_t D, int64_t I, size_t* partial_bytes, int* n_
 
 bool mlp_fp8_ok(const Fp8Dev& gate_up, const Fp8Dev& down) {
     const int64_t D = gate_up.K, I = down.K;
-    if (!device_is_hopper() || !gate_up.nt_major || !down.nt_major || gate_up.N != 2 * I || down.N != D ||
-        D % 128 != 0 || I % 128 != 0)
+    if (!device_is_hopper() || (gate_up.tile_order != kNtMajor && gate_up.tile_order != kNtMajorPaired) ||
+        down.tile_order != kNtMajor || gate_up.N != 2 * I || down.N != D || D % 128 != 0 || I % 128 != 0)
         return false;
     // 128-channel scale groups (two chunks) and 16-row tiles inside one scale row.
     if (gate_up.bk != 128 || down.bk != 128 || gate_up.bn % 16 != 0 || down.bn % 16 != 0) return false;
@@ -684,7 +703,7 @@ void mlp_fp8_variant(const Fp8Dev& gate_up, const Fp8Dev& down, const Tensor& x,
     MlpArgs a{};
     auto* cnt = reinterpret_cast<unsigned*>(ws.counters);
     auto stage = [&](StageArgs& st, const Fp8Dev& w, float* part, unsigned* c) {
-        st.words = reinterpret_cast<const uint8_t*>(w.words), st.scales = w.scales;
+        st.words = reinterpret_cast<const uint8_t*>(w.words), st.scales = w.scales, st.order = w.tile_order;
         st.NT = static_cast<int>(w.NT), st.KC = static_cast<int>(w.KC);
         st.bn = static_cast<int>(w.bn), st.SG = static_cast<int>(w.SG);
         st.U = static_cast<int>(w.NT * w.KC / 2);

@@ -581,7 +581,7 @@ void qmm_fp8(const Fp8Dev& w,
     a.words = w.words, a.scales = w.scales, a.zeros = nullptr;
     a.bn = static_cast<int>(w.bn), a.SG = static_cast<int>(w.SG);
     a.sdt = kF32, a.ssz = 4;
-    a.ntm = w.nt_major ? 1 : 0;
+    a.ntm = w.tile_order;
     launch_gk<true, false>(a, ws, forced, s);
     check_launch("qmm_fp8");
 }

@@ -34,9 +34,10 @@ struct Fp8Dev {
     const uint32_t* words = nullptr;  // tiles (quant/tile_layout.h) x [32][8]
     const float* scales = nullptr;
     int64_t N = 0, K = 0, NT = 0, KC = 0, bn = 1, bk = 1, SN = 0, SG = 0;
-    // The n-tile-major tile order (tile_layout.h), which mlp_fp8 reads; qmm_fp8 takes it on its one-pass kernel
-    // only (whole-chunk scale groups, no forced grid), dequant_fp8 and unpack_fp8 on every shape.
-    bool nt_major = false;
+    // The tile order (tile_layout.h TileOrder). The n-tile-major ones are what mlp_fp8 reads (gate | up either,
+    // down kNtMajor); qmm_fp8 takes them on its one-pass kernel only (whole-chunk scale groups, no forced grid),
+    // dequant_fp8 and unpack_fp8 on every shape.
+    int tile_order = 0;
 };
 
 // Stream-K partials and per-column-block arrival counters the qmm kernels share (sequential on one stream).
@@ -105,7 +106,8 @@ void qmm_fp8(const Fp8Dev& w,
 
 // ---- The one-row FP8 MLP block in one persistent launch (mlp_fp8.cu; decode) ----
 // y [1, D] BF16 = down (silu(g) * u) with [g | u] = gate_up x: gate_up a stacked [gate; up] weight [2 I, D],
-// down [D, I], both FP8 block-scaled with 128-channel scale groups and packed n-tile-major (Fp8Dev::nt_major);
+// down [D, I], both FP8 block-scaled with 128-channel scale groups and packed n-tile-major (Fp8Dev::tile_order;
+// gate | up kNtMajor or kNtMajorPaired, down kNtMajor);
 // h [1, I] BF16 receives silu(g) * u (g, u and h rounded to BF16 as forward_glu's parts and silu_mul would).
 // One block per SM streams one contiguous range of each weight through a shared-memory ring across the grid
 // barrier between the projections. Deterministic; the workspace is the qmm kernels' (reserve

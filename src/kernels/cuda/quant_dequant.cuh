@@ -111,7 +111,7 @@ struct Fp8Words {
 };
 __device__ __forceinline__ Fp8Words fp8_chunk_words(const Fp8Dev& w, int64_t nt, int64_t c, int lane) {
     const uint4* p =
-        reinterpret_cast<const uint4*>(w.words) + (tile_index(nt, c, w.NT, w.KC, w.nt_major) * 32 + lane) * 2;
+        reinterpret_cast<const uint4*>(w.words) + (tile_index(nt, c, w.NT, w.KC, w.tile_order) * 32 + lane) * 2;
     return {p[0], p[1]};
 }
 

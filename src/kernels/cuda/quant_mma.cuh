@@ -106,7 +106,7 @@ struct Args {
     int N, K, NT, KC, G, gs;  // gs: channels per scale group along K (K for one group)
     int NP;                   // INT4: padded N (scale row stride)
     int bn, SG;               // FP8 scale grid
-    int ntm;                  // 1: the n-tile-major tile order (tile_layout.h; the qmv kernel only), 0 chunk-major
+    int ntm;                  // the tile order (tile_layout.h TileOrder): n-tile-major ones the qmv kernel only
     int M;
     int W;                    // steps: column blocks x KC
     int gpc;                  // scale groups per chunk (1, or 64 / gs for small groups)

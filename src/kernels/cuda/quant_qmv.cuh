@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
             const int nt = min(tile_nt(tb, j), a.NT - 1);
-            wp[j] = wb + (tile_index(nt, c0, a.NT, KC, a.ntm != 0) * 32 + lane) * VEC;
+            wp[j] = wb + (tile_index(nt, c0, a.NT, KC, a.ntm) * 32 + lane) * VEC;
             const int rlo = min(nt * 16 + g, a.N - 1),
                       rhi = min(nt * 16 + g + 8, a.N - 1);  // past N: never stored
             so_lo[j] = FP8 ? rlo / a.bn * a.SG : rlo;
