@@ -38,7 +38,8 @@
 // of the same half-rounded xn and h); the persistent, per-stage (plain and programmatic) and per-layer forms
 // must agree bit for bit (same code, same order).
 //
-//   probe_decode_chain [--layers L] [--only int4|fp8] [--out results.json] [--commit SHA]
+//   probe_decode_chain [--layers L] [--only int4|fp8] [--fused-only] [--out results.json] [--commit SHA]
+// --fused-only: after the checks, only the library's chain and its fused forms (FP8) are timed.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -66,6 +67,8 @@ using grimoire::Tensor;
 using grimoire::bench::check;
 
 namespace {
+
+bool g_fused_only = false;  // --fused-only
 
 constexpr int kConsumerWarps = 8;
 constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
@@ -883,7 +886,7 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
     using grimoire::bench::time_graph_ms;
     using grimoire::bench::time_ms;
     double t[2][4] = {};  // [state][persist, noacross, stages, layer]
-    for (int st = 0; st < 2; ++st) {
+    for (int st = 0; st < (g_fused_only ? 0 : 2); ++st) {
         p.per_layer = 2 + st;
         p.reset_res();
         p.reset_counters();
@@ -914,8 +917,9 @@ bool run_format(int L, int sms, double bw, std::string& metrics, std::string& ra
         record("library_fused_norm_unpaired", library_chain_ms<FP8>(L, 9));
         grimoire::bench::add_entry(ratios, fmt + "_fused_norm_over_library", t_norm / t_lib);
         grimoire::bench::add_entry(ratios, fmt + "_fused_over_library", t_fused / t_lib);
-        grimoire::bench::add_entry(ratios, fmt + "_fused_over_persist", t_fused / t[0][0]);
+        if (!g_fused_only) grimoire::bench::add_entry(ratios, fmt + "_fused_over_persist", t_fused / t[0][0]);
     }
+    if (g_fused_only) return true;
     grimoire::bench::add_entry(ratios, fmt + "_persist_over_library", t[0][0] / t_lib);
     grimoire::bench::add_entry(ratios, fmt + "_layer_over_library", t[0][3] / t_lib);
     grimoire::bench::add_entry(ratios, fmt + "_persist_over_stages", t[0][0] / t[0][2]);
@@ -940,10 +944,12 @@ int main(int argc, char** argv) {
             out = argv[++i];
         else if (a == "--commit" && i + 1 < argc)
             commit = argv[++i];
+        else if (a == "--fused-only")
+            g_fused_only = true;
         else {
             std::fprintf(stderr,
-                         "usage: probe_decode_chain [--layers L] [--only int4|fp8] [--out results.json] "
-                         "[--commit SHA]\n");
+                         "usage: probe_decode_chain [--layers L] [--only int4|fp8] [--fused-only] "
+                         "[--out results.json] [--commit SHA]\n");
             return 2;
         }
     }
@@ -962,7 +968,7 @@ int main(int argc, char** argv) {
             ok = run_format<true>(layers, prop.multiProcessorCount, bw, metrics, ratios) && ok;
         if (!out.empty()) {
             std::string cmd = "probe_decode_chain --layers " + std::to_string(layers) +
-                              (only.empty() ? "" : " --only " + only);
+                              (only.empty() ? "" : " --only " + only) + (g_fused_only ? " --fused-only" : "");
             grimoire::bench::write_record_text(out, commit, cmd, bw, metrics, ratios);
             std::printf("wrote %s\n", out.c_str());
         }

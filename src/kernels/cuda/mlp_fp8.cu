@@ -43,6 +43,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "core/error.h"
@@ -643,13 +644,20 @@ Plan plan(int64_t D, int64_t I) {
         static_cast<int64_t>(p.G + 1) * (D / 16) * (I / 128) >= (int64_t{1} << 32))
         return p;
     p.nloc = std::max(most_local(2 * I / 16, D / 64, p.G), most_local(D / 16, I / 64, p.G));
-    // As many ring slots as shared memory holds, up to kMaxSlots (the ring is most of the bytes in flight).
+    // As many ring slots as shared memory holds, up to kMaxSlots (the ring is most of the bytes in flight), or up
+    // to GRIMOIRE_MLP_SLOTS (4..8; benchmark knob: fewer slots leave an SM's shared memory to the next kernel's
+    // block, which can then start its weight stream beside this one's tail).
     // (2 KB kept back: the kernel's own static shared memory and the system's reservation, which the opt-in limit
     // may not cover on every driver.)
     p.nsc[0] = most_local(2 * I / 16, D / 64, p.G) * static_cast<int>(D / 128);
     p.nsc[1] = most_local(D / 16, I / 64, p.G) * static_cast<int>(I / 128);
     const size_t fixed = ring_offset(static_cast<int>(D), static_cast<int>(I), p.nloc, p.nsc[0] + p.nsc[1]) + 2048;
-    p.nslots = max_smem() > fixed ? static_cast<int>(std::min<size_t>(kMaxSlots, (max_smem() - fixed) / kSlotBytes)) : 0;
+    static const int slot_cap = [] {
+        const char* e = std::getenv("GRIMOIRE_MLP_SLOTS");
+        const int v = e ? std::atoi(e) : 0;
+        return v >= 4 && v <= kMaxSlots ? v : kMaxSlots;
+    }();
+    p.nslots = max_smem() > fixed ? static_cast<int>(std::min<size_t>(slot_cap, (max_smem() - fixed) / kSlotBytes)) : 0;
     p.smem = fixed + static_cast<size_t>(p.nslots) * kSlotBytes;
     p.partial_bytes = static_cast<size_t>(p.G * 2 * 32 + p.G * 2 * 16) * sizeof(float);
     p.counters = static_cast<int>(D / 16 + 2);
