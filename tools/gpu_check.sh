@@ -95,6 +95,8 @@ if want tests; then
     # (GRIMOIRE_FP8_NT_MAJOR=1 / =paired).
     rerun ntm GRIMOIRE_FP8_NT_MAJOR=1 -- test_cuda_quant test_cuda_w8a8 test_cuda_quant_stack test_cuda_model
     rerun ntmp GRIMOIRE_FP8_NT_MAJOR=paired -- test_cuda_quant test_cuda_w8a8 test_cuda_quant_stack test_cuda_model
+    # The L2 prefetch hints (an opt-in, GRIMOIRE_L2_PREFETCH_MB): the hybrid models' greedy ids with them taken.
+    rerun l2pf GRIMOIRE_L2_PREFETCH_MB=48 -- test_cuda_model test_cuda_fused
     # One XML file back instead of one per executable.
     cat "$OUT"/test_*.xml > "$OUT/gpu_tests.xml" 2>/dev/null && rm -f "$OUT"/test_*.xml
 

@@ -341,12 +341,18 @@ int main(int argc, char** argv) {
                         model->forward(*st, std::span<const int32_t>(&tok, 1), 1, logits);
                 };
                 for (int i = 0; i < 3; ++i) step();
+                const uint64_t pf0 = be.l2_prefetch_taken();
                 const double t1 = now();
                 for (int i = 0; i < decode_steps; ++i) {
                     step();
                     tok = static_cast<int32_t>(rng() % V);
                 }
                 const double dt = now() - t1;
+                if (greedy && be.l2_prefetch_cap() > 0) {  // the weights the step's latency-bound ops asked of L2
+                    const double mb = static_cast<double>(be.l2_prefetch_taken() - pf0) / decode_steps / (1 << 20);
+                    metrics["decode_" + k + "_l2_prefetch_mb_per_step"] = mb;
+                    std::printf("l2 prefetch (GRIMOIRE_L2_PREFETCH_MB): %.1f MB a step\n", mb);
+                }
                 const double tps = decode_steps / dt;
                 const size_t bytes = weight_bytes + state_bytes + kv_bytes(ctx + 3 + decode_steps / 2);
                 const double roof = bw / static_cast<double>(bytes);

@@ -170,6 +170,12 @@ public:
                              int64_t /*n_k_heads*/, Tensor& /*out*/) {
         throw Error(name() + ": gdn_core_ba is not implemented (check fuses_gdn_ba first)");
     }
+    // A hint from the model: device memory [data, data + bytes) (the next projection's weight) is read right
+    // after the next latency-bound op (the DeltaNet step, the gated attention), under which the memory bus
+    // idles. A GPU backend may have that op ask its cache for the range meanwhile (CudaBackend: into L2,
+    // kernels/cuda/l2_prefetch.h, up to a cap; hints not taken by the next op are dropped). Results are
+    // unchanged. Default: nothing.
+    virtual void l2_prefetch(const void* /*data*/, size_t /*bytes*/) {}
     // A hint from the model for the next add_rmsnorm only: the op recorded after it is a Linear forward (the
     // layer's next projection). Such a forward reads nothing but its weights before its input is ready, so a
     // GPU backend may let its kernels start ahead of add_rmsnorm's own wait (CudaBackend: programmatic

@@ -104,6 +104,7 @@ void gated_attention_forward(Backend& be, const GatedAttentionWeights& w, const 
     std::vector<Tensor> qkv = w.qkv.forward(be, x);
     Tensor &qg = qkv[0], &k = qkv[1], &v = qkv[2];
     Tensor att = be.scratch(act, {T, Hq * D});
+    w.o->prefetch(be);  // read right after the attention, under which the memory bus idles
     be.gated_attention_core(qg, k, v, w.q_norm, w.k_norm, c.norm_eps, positions, c.rope, st.k_cache, st.v_cache,
                             n_past, 1.0f / std::sqrt(static_cast<float>(D)), att);
     w.o->forward(be, att, out);
@@ -147,6 +148,7 @@ void gdn_forward(Backend& be, const GdnWeights& w, const GdnConfig& c, const Ten
             // conv1d_silu(mixed), z: one pass where the q | k | v | z projection does the conv as it stores
             bool fused = false;
             std::vector<Tensor> in = w.in.forward_conv(be, x, nu - 1, w.conv, st.conv_state, &fused);
+            w.out->prefetch(be);  // read right after the recurrence, under which the memory bus idles
             be.gdn_core_ba(in[0], x, *ba, w.A_log, w.dt_bias, st.recurrent_state, in[1], !fused, w.norm, c.norm_eps,
                            c.n_k_heads, normed);
             w.out->forward(be, normed, out);
@@ -156,6 +158,7 @@ void gdn_forward(Backend& be, const GdnWeights& w, const GdnConfig& c, const Ten
     if (w.in.unit(0).offers_conv(T, w.conv, st.conv_state)) {  // a verify step: projection and conv in one pass
         bool fused = false;
         std::vector<Tensor> in = w.in.forward_conv(be, x, SIZE_MAX, w.conv, st.conv_state, &fused);
+        w.out->prefetch(be);
         be.gdn_core_conv(in[0], in[3], in[2], w.A_log, w.dt_bias, st.recurrent_state, in[1], !fused, w.norm,
                          c.norm_eps, c.n_k_heads, normed);
         w.out->forward(be, normed, out);
@@ -163,6 +166,7 @@ void gdn_forward(Backend& be, const GdnWeights& w, const GdnConfig& c, const Ten
     }
     std::vector<Tensor> in = w.in.forward(be, x);
     Tensor &mixed = in[0], &z = in[1], &b = in[2], &a = in[3];
+    w.out->prefetch(be);
     // conv + SiLU, the q | k | v split, the recurrence and the gated RMSNorm per value head (over dv).
     be.gdn_core(mixed, w.conv, st.conv_state, a, b, w.A_log, w.dt_bias, st.recurrent_state, z, w.norm, c.norm_eps,
                 c.n_k_heads, normed);

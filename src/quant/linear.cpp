@@ -32,6 +32,8 @@ class DenseLinear final : public Linear {
         if (bias_.data) be.add_bias(y, bias_);
     }
 
+    void prefetch(Backend& be) const override { be.l2_prefetch(w_.data, w_.nbytes()); }
+
     std::vector<float> dequantize() const override {
         if (!host_ref_.empty()) return host_ref_;
         std::vector<uint8_t> raw(w_.nbytes());

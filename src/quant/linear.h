@@ -71,6 +71,9 @@ public:
     }
     virtual void forward_split_conv(Backend& be, const Tensor& x, std::span<Tensor> ys, const Tensor& conv_w,
                                     Tensor& conv_state) const;
+    // This weight is read right after the next latency-bound op: hands its device bytes to
+    // Backend::l2_prefetch (a hint; results unchanged). Default: nothing.
+    virtual void prefetch(Backend& /*be*/) const {}
 };
 
 // Builds the Linear stored at `prefix` ("model.layers.0.mlp.down_proj"): `prefix.weight` (+ `.bias`) or the

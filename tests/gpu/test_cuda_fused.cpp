@@ -11,6 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
 #include <string>
 
 #include "backend/rope_params.h"
@@ -263,6 +266,91 @@ TEST(CudaFused, GdnCoreBaMatchesProjectionThenCore) {
     gdn_core_ba_case(5120, 16, 48, 128, 128, {1, 1, 4, 1, 8});  // the 27B layer
     gdn_core_ba_case(1032, 2, 6, 128, 128, {1, 3, 1});          // a partial last pass over H
     gdn_core_ba_case(40, 1, 3, 32, 40, {1, 2});                  // fewer vectors than threads, dv < 128
+}
+
+// Backend::l2_prefetch hints change nothing but timing: the DeltaNet step (b | a folded, the decode form) and the
+// gated attention decode give the same bits with a hint taken as without, on fresh random inputs each run, and
+// the backend hands the hint to exactly those ops (l2_prefetch_taken: the hinted bytes, trimmed to 16-byte
+// bounds and the cap, where the card has the bulk prefetch; an op recorded in between drops the hint).
+TEST(CudaFused, L2PrefetchHintsLeaveResultsAlone) {
+    GRIMOIRE_REQUIRE_GPU();
+    CudaBackend gpu(0, DType::BF16);
+    gpu.set_l2_prefetch_cap(size_t{6} << 20);
+    const bool hopper = [] {
+        int dev = 0, major = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        return major >= 9;
+    }();
+    const uint32_t seed0 = std::random_device{}();
+    std::printf("seed %u\n", seed0);
+    // The "next weight": 8 MB, hinted from 3 bytes in (trimmed to 16-byte bounds), more than the 6 MB cap.
+    Tensor wnext = gpu.alloc_persistent(DType::BF16, {4096, 1024});
+    const char* wbase = static_cast<const char*>(wnext.data);
+    const uint64_t want = hopper ? (size_t{6} << 20) : 0;
+
+    // The DeltaNet step with b | a folded in, 1 token: twice from the same state, with and without a hint.
+    const int64_t H = 1032, Hk = 2, Hv = 6, dk = 128, dv = 128, C = 2 * Hk * dk + Hv * dv;
+    Tensor probe_ba = gpu.alloc_persistent(DType::BF16, {2 * Hv, H});
+    if (gpu.fuses_gdn_ba(1, probe_ba)) {
+        auto r = [&](int64_t n, uint32_t k, float lo, float hi) { return rand_bf16(static_cast<size_t>(n), seed0 + k, lo, hi); };
+        const auto st0 = r(Hv * dk * dv, 1, -0.5f, 0.5f);
+        Tensor conv = put(gpu, r(C, 2, -2, 2), DType::BF16, {1, C}), x = put(gpu, r(H, 3, -3, 3), DType::BF16, {1, H});
+        Tensor ba = put(gpu, r(2 * Hv * H, 4, -0.05f, 0.05f), DType::BF16, {2 * Hv, H});
+        Tensor A = put(gpu, r(Hv, 5, -1, 1), DType::F32, {Hv}), dtb = put(gpu, r(Hv, 6, -1, 1), DType::F32, {Hv});
+        Tensor z = put(gpu, r(Hv * dv, 7, -4, 4), DType::BF16, {1, Hv * dv});
+        Tensor nw = put(gpu, r(dv, 8, 0.5f, 1.5f), DType::F32, {dv});
+        std::vector<float> out[2], state[2];
+        for (int hinted = 0; hinted < 2; ++hinted) {
+            Tensor st = put(gpu, st0, DType::F32, {Hv, dk, dv});
+            Tensor o = gpu.alloc_persistent(DType::BF16, {1, Hv * dv});
+            const uint64_t before = gpu.l2_prefetch_taken();
+            if (hinted) gpu.l2_prefetch(wbase + 3, wnext.nbytes() - 3);
+            gpu.gdn_core_ba(conv, x, ba, A, dtb, st, z, true, nw, 1e-6f, Hk, o);
+            out[hinted] = get(gpu, o), state[hinted] = get(gpu, st);
+            EXPECT_EQ(gpu.l2_prefetch_taken() - before, hinted ? want : 0u);
+        }
+        EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4)) << "gdn_core_ba output";
+        EXPECT_EQ(0, std::memcmp(state[0].data(), state[1].data(), state[0].size() * 4)) << "gdn_core_ba state";
+    }
+
+    // The gated attention decode, 27B heads at n_past 100: twice over the same caches, with and without a hint.
+    const int64_t Hq = 24, Hkv = 4, D = 256, n_past = 100, max_ctx = 128;
+    RopeParams rp;
+    rp.rot_dim = 64;
+    rp.neox = true;
+    for (int i = 0; i < 32; ++i) rp.inv_freq.push_back(std::pow(10000.0f, -static_cast<float>(i) / 32.0f));
+    auto r = [&](int64_t n, uint32_t k, float lo, float hi) { return rand_bf16(static_cast<size_t>(n), seed0 + 20 + k, lo, hi); };
+    const auto kc0 = r(max_ctx * Hkv * D, 1, -2, 2), vc0 = r(max_ctx * Hkv * D, 2, -1, 1), k0 = r(Hkv * D, 3, -2, 2);
+    Tensor qg = put(gpu, r(Hq * 2 * D, 4, -2, 2), DType::BF16, {1, Hq * 2 * D});
+    Tensor v = put(gpu, r(Hkv * D, 5, -1, 1), DType::BF16, {1, Hkv * D});
+    Tensor qw = put(gpu, r(D, 6, -0.5f, 0.5f), DType::F32, {D}), kw = put(gpu, r(D, 7, -0.5f, 0.5f), DType::F32, {D});
+    Tensor pos = positions(gpu, n_past, 1);
+    std::vector<float> out[2], kcache[2];
+    for (int hinted = 0; hinted < 2; ++hinted) {
+        Tensor kc = put(gpu, kc0, DType::BF16, {max_ctx, Hkv, D}), vc = put(gpu, vc0, DType::BF16, {max_ctx, Hkv, D});
+        Tensor k = put(gpu, k0, DType::BF16, {1, Hkv * D});
+        Tensor o = gpu.alloc_persistent(DType::BF16, {1, Hq * D});
+        const uint64_t before = gpu.l2_prefetch_taken();
+        if (hinted) gpu.l2_prefetch(wbase + 3, wnext.nbytes() - 3);
+        gpu.gated_attention_core(qg, k, v, qw, kw, 1e-6f, pos, rp, kc, vc, n_past, 1.0f / 16.0f, o);
+        out[hinted] = get(gpu, o), kcache[hinted] = get(gpu, kc);
+        EXPECT_EQ(gpu.l2_prefetch_taken() - before, hinted ? want : 0u);
+    }
+    EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4)) << "gated attention output";
+    EXPECT_EQ(0, std::memcmp(kcache[0].data(), kcache[1].data(), kcache[0].size() * 4)) << "k cache";
+
+    // A hint followed by another op is dropped: the attention after it takes nothing.
+    const uint64_t before = gpu.l2_prefetch_taken();
+    gpu.l2_prefetch(wbase, wnext.nbytes());
+    Tensor t = gpu.alloc_persistent(DType::BF16, {1, 64});
+    gpu.scale(t, 2.0f);
+    Tensor kc = put(gpu, kc0, DType::BF16, {max_ctx, Hkv, D}), vc = put(gpu, vc0, DType::BF16, {max_ctx, Hkv, D});
+    Tensor k = put(gpu, k0, DType::BF16, {1, Hkv * D});
+    Tensor o = gpu.alloc_persistent(DType::BF16, {1, Hq * D});
+    gpu.gated_attention_core(qg, k, v, qw, kw, 1e-6f, pos, rp, kc, vc, n_past, 1.0f / 16.0f, o);
+    gpu.synchronize();
+    EXPECT_EQ(gpu.l2_prefetch_taken(), before);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -60,11 +61,13 @@ CudaBackend::CudaBackend(int dev, DType act) : act_(act) {
     cudaDeviceProp prop{};
     GRIMOIRE_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
     n_sm_ = prop.multiProcessorCount;
+    hopper_ = prop.major >= 9;  // the bulk L2 prefetch (l2_prefetch) is sm_90's
     // On by default (measured on the H200: 512-token 27B prompt 0.559 -> 0.564 of GEMM, host launch time 14.6 ->
     // 8.6 ms); GRIMOIRE_DENSE_STACK=0 runs one GEMM per part (before / after comparisons).
     if (const char* e = std::getenv("GRIMOIRE_DENSE_STACK"); e && std::strcmp(e, "0") == 0) stack_split_ = false;
     if (const char* e = std::getenv("GRIMOIRE_PROMPT_SEGMENT")) prompt_segment_ops_ = std::strtoull(e, nullptr, 10);
     if (const char* e = std::getenv("GRIMOIRE_FIRST_SEGMENT")) first_segment_ops_ = std::strtoull(e, nullptr, 10);
+    if (const char* e = std::getenv("GRIMOIRE_L2_PREFETCH_MB")) pf_cap_ = std::strtoull(e, nullptr, 10) << 20;
     name_ = std::string("cuda:") + std::to_string(dev) + " (" + prop.name + ", sm_" + std::to_string(prop.major) +
             std::to_string(prop.minor) + ")";
     GRIMOIRE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -721,8 +724,12 @@ void CudaBackend::gated_attention_core(const Tensor& qg, Tensor& k, const Tensor
     const size_t wsb = attn_ws_bytes_;
     // Decode and verify steps (T <= 8, the split-K decode kernels per token): each token's position (and so
     // its length) is read from positions[t] on the device: no per-step slot.
+    cuda::KeyHasher pf_key;
+    const cuda::L2Prefetch pf = take_l2_prefetch(pf_key);  // o_proj's weight, asked of L2 by the prep kernel
+    key.add(pf_key.h);
     rec("gattn_decode", key.h, [=](cudaStream_t s) mutable {
-        cuda::gated_attention_decode(qg, k, v, q_norm, k_norm, eps, positions, rope_p, kc, vc, scale, q_ws, ws, wsb, o, s);
+        cuda::gated_attention_decode(qg, k, v, q_norm, k_norm, eps, positions, rope_p, kc, vc, scale, q_ws, ws, wsb, o, s,
+                                     &pf);
     });
 }
 
@@ -765,12 +772,14 @@ void CudaBackend::gdn_core(const Tensor& mixed, const Tensor& conv_w, Tensor& co
             [=](cudaStream_t s) mutable { cuda::rmsnorm_gated(xr, zr, norm_w, eps, rows, s, stride, stride ? Hv : 0); });
         return;
     }
+    cuda::KeyHasher pf_key;
+    const cuda::L2Prefetch pf = take_l2_prefetch(pf_key);  // out_proj's weight (before the conv is recorded)
     Tensor conv = scratch(act_, {T, C});
     conv1d_silu(mixed, conv_w, conv_state, conv);
     rec("gdn_core", cuda::KeyHasher().add(OP_GDN_CORE).add(conv).add(a).add(b).add(A_log).add(dt_bias).add(st).add(z)
-                       .add(norm_w).addf(eps).add(static_cast<uint64_t>(Hk)).add(o).h,
+                       .add(norm_w).addf(eps).add(static_cast<uint64_t>(Hk)).add(o).add(pf_key.h).h,
                    [=](cudaStream_t s) mutable {
-                       cuda::gdn_step_fused(conv, a, b, A_log, dt_bias, st, z, norm_w, eps, Hk, o, s);
+                       cuda::gdn_step_fused(conv, a, b, A_log, dt_bias, st, z, norm_w, eps, Hk, o, s, true, &pf);
                    });
 }
 
@@ -783,12 +792,14 @@ void CudaBackend::gdn_core_conv(const Tensor& conv, const Tensor& a, const Tenso
         Backend::gdn_core_conv(conv, a, b, A_log, dt_bias, state, z, z_prior, norm_w, eps, n_k_heads, out);
         return;
     }
+    cuda::KeyHasher pf_key;
+    const cuda::L2Prefetch pf = take_l2_prefetch(pf_key);
     Tensor st = state, o = out;
     rec("gdn_core", cuda::KeyHasher().add(OP_GDN_CORE).add(conv).add(a).add(b).add(A_log).add(dt_bias).add(st).add(z)
                        .add(static_cast<uint64_t>(z_prior)).add(norm_w).addf(eps).add(static_cast<uint64_t>(n_k_heads))
-                       .add(o).h,
+                       .add(o).add(pf_key.h).h,
         [=](cudaStream_t s) mutable {
-            cuda::gdn_step_fused(conv, a, b, A_log, dt_bias, st, z, norm_w, eps, n_k_heads, o, s, z_prior);
+            cuda::gdn_step_fused(conv, a, b, A_log, dt_bias, st, z, norm_w, eps, n_k_heads, o, s, z_prior, &pf);
         });
 }
 
@@ -814,12 +825,39 @@ void CudaBackend::gdn_core_ba(const Tensor& conv, const Tensor& x, const Tensor&
         ba_w.dim(0) != 2 * state.dim(0))
         throw Error("cuda gdn_core_ba: x [T, H] and ba_w [2 Hv, H] BF16 for T <= 8 tokens on Hopper");
     Tensor st = state, o = out;
+    cuda::KeyHasher pf_key;
+    const cuda::L2Prefetch pf = take_l2_prefetch(pf_key);
     rec("gdn_core", cuda::KeyHasher().add(OP_GDN_CORE).add(conv).add(x).add(ba_w).add(A_log).add(dt_bias).add(st)
                         .add(z).add(static_cast<uint64_t>(z_prior)).add(norm_w).addf(eps)
-                        .add(static_cast<uint64_t>(n_k_heads)).add(o).h,
+                        .add(static_cast<uint64_t>(n_k_heads)).add(o).add(pf_key.h).h,
         [=](cudaStream_t s) mutable {
-            cuda::gdn_step_fused_ba(conv, x, ba_w, A_log, dt_bias, st, z, z_prior, norm_w, eps, n_k_heads, o, s);
+            cuda::gdn_step_fused_ba(conv, x, ba_w, A_log, dt_bias, st, z, z_prior, norm_w, eps, n_k_heads, o, s, &pf);
         });
+}
+
+void CudaBackend::l2_prefetch(const void* data, size_t bytes) {
+    if (pf_cap_ == 0 || !data || bytes == 0 || pending_pf_.n >= cuda::kL2PrefetchRanges || !hopper_) return;
+    size_t used = 0;
+    for (int i = 0; i < pending_pf_.n; ++i) used += pending_pf_.bytes[i];
+    // The bulk prefetch takes 16-byte aligned addresses and multiples of 16 bytes: the range trimmed inward.
+    const uintptr_t a = (reinterpret_cast<uintptr_t>(data) + 15) & ~uintptr_t{15};
+    const uintptr_t e = (reinterpret_cast<uintptr_t>(data) + bytes) & ~uintptr_t{15};
+    if (e <= a || used >= pf_cap_) return;
+    const size_t n = std::min<size_t>({static_cast<size_t>(e - a), pf_cap_ - used, size_t{0xFFFFFFF0u}}) & ~size_t{15};
+    if (n == 0) return;
+    pending_pf_.p[pending_pf_.n] = reinterpret_cast<const void*>(a);
+    pending_pf_.bytes[pending_pf_.n] = static_cast<uint32_t>(n);
+    ++pending_pf_.n;
+}
+
+cuda::L2Prefetch CudaBackend::take_l2_prefetch(cuda::KeyHasher& key) {
+    const cuda::L2Prefetch pf = pending_pf_;
+    pending_pf_.n = 0;
+    for (int i = 0; i < pf.n; ++i) {
+        key.add(pf.p[i]).add(static_cast<uint64_t>(pf.bytes[i]));
+        pf_taken_ += pf.bytes[i];
+    }
+    return pf;
 }
 
 std::unique_ptr<Backend> make_cuda_backend(std::string* why) {

@@ -28,6 +28,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/step_graph.h"
+#include "kernels/cuda/l2_prefetch.h"
 
 namespace grimoire {
 
@@ -116,7 +117,17 @@ public:
                      const Tensor& dt_bias, Tensor& state, const Tensor& z, bool z_prior, const Tensor& norm_w,
                      float eps, int64_t n_k_heads, Tensor& out) override;
 
+    // The next projection's weight asked of L2 by the next DeltaNet step or gated attention decode
+    // (kernels/cuda/l2_prefetch.h): the hints are kept until an op is recorded, and those two ops take them.
+    // At most l2_prefetch_cap() bytes an op (0: hints ignored); GRIMOIRE_L2_PREFETCH_MB sets it (default 0, an
+    // opt-in until measured end to end).
+    void l2_prefetch(const void* data, size_t bytes) override;
+
     // ---- CUDA-only ----
+    void set_l2_prefetch_cap(size_t bytes) { pf_cap_ = bytes; }
+    size_t l2_prefetch_cap() const { return pf_cap_; }
+    // Bytes the ops took from hints so far (each recording of an op that took some).
+    uint64_t l2_prefetch_taken() const { return pf_taken_; }
     // Greedy / sampled token selection on the device: logits [R, V] -> out [R] I32 (device).
     void argmax(const Tensor& logits, Tensor& out) override;
     void sample(const Tensor& logits, const Tensor& uniform, float temperature, int top_k, float top_p, Tensor& out);
@@ -174,6 +185,7 @@ private:
     void rec(const char* tag, uint64_t key, std::function<void(cudaStream_t)> fn) {
         materialize_split();
         graph_->record(key, std::move(fn), tag);
+        pending_pf_.n = 0;  // hints are for the op right after them (the taker reads them before it records)
         if (first_segment_ops_ && !first_segment_done_ && graph_->pending_ops() >= first_segment_ops_ &&
             graph_->enabled() && !graph_->profiling()) {
             first_segment_done_ = true;
@@ -231,11 +243,17 @@ private:
         uint64_t flushes = 0;
     } int_cache_;
     int n_sm_ = 132;
+    bool hopper_ = false;
     bool stack_split_ = true;
     size_t prompt_segment_ops_ = 128;
     size_t first_segment_ops_ = 32;
     bool first_segment_done_ = false;  // this step's early flush happened (reset by reset_scratch)
     std::optional<uint64_t> random_seed_;
+    // l2_prefetch's hints since the last recorded op, and what they may add up to.
+    cuda::L2Prefetch take_l2_prefetch(cuda::KeyHasher& key);  // the pending hints (cleared), added to key
+    cuda::L2Prefetch pending_pf_;
+    size_t pf_cap_ = 0;
+    uint64_t pf_taken_ = 0;
     struct WsBuf {
         void* ptr = nullptr;
         size_t bytes = 0;

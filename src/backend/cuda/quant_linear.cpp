@@ -314,6 +314,14 @@ class CudaInt4Linear final : public CudaQuantLinear {
         return unpack_int4(p);
     }
 
+    // The codes first (what the kernel streams), then the scale and zero tables.
+    void prefetch(Backend& be) const override {
+        const size_t ss = d_.scale_dtype == DType::F32 ? 4 : 2, tab = static_cast<size_t>(d_.G * d_.NT * 16);
+        be.l2_prefetch(d_.words, static_cast<size_t>(d_.NT * d_.KC * 32 * 4) * 4);
+        be.l2_prefetch(d_.scales, tab * ss);
+        if (d_.zeros) be.l2_prefetch(d_.zeros, tab);
+    }
+
   private:
     const void* id() const override { return d_.words; }
     void run_small(const Tensor& x,
@@ -394,6 +402,11 @@ class CudaFp8Linear final : public CudaQuantLinear {
         download(d_.words, p.words, static_cast<size_t>(p.NT * p.KC * 32 * 8));
         download(d_.scales, p.scales, static_cast<size_t>(p.SN * p.SG));
         return unpack_fp8(p);
+    }
+
+    void prefetch(Backend& be) const override {
+        be.l2_prefetch(d_.words, static_cast<size_t>(d_.NT * d_.KC * 32 * 8) * 4);
+        be.l2_prefetch(d_.scales, static_cast<size_t>(d_.SN * d_.SG) * 4);
     }
 
   private:

@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "kernels/cuda/l2_prefetch.h"
 
 namespace grimoire::cuda {
 
@@ -95,6 +96,26 @@ inline void launch_pdl_if(bool pdl, void (*kernel)(P...), dim3 grid, dim3 block,
 template <class... P, class... A>
 inline void launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
     launch_pdl_if(pdl_enabled(), kernel, grid, block, smem, s, std::forward<A>(args)...);
+}
+
+// Block `part` of `parts` asks L2 for its share of pf's ranges (kernels.h L2Prefetch): 64 KB pieces dealt out
+// to the blocks in turn, bulk prefetches issued by thread 0, nothing waited on. sm_90 (a no-op below).
+__device__ __forceinline__ void l2_prefetch_share(const L2Prefetch& pf, int part, int parts) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0) return;
+    constexpr uint32_t kPiece = 64 * 1024;
+    int i = 0;  // the piece's index over all ranges
+    for (int r = 0; r < pf.n && r < kL2PrefetchRanges; ++r) {
+        const char* base = static_cast<const char*>(pf.p[r]);
+        for (uint32_t off = 0; off < pf.bytes[r]; off += kPiece, ++i) {
+            if (i % parts != part) continue;
+            const uint32_t n = pf.bytes[r] - off < kPiece ? pf.bytes[r] - off : kPiece;
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(n) : "memory");
+        }
+    }
+#else
+    (void)pf, (void)part, (void)parts;
+#endif
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -31,6 +31,7 @@ struct PrepArgs {
     float eps, attn_factor;
     int half, neox;
     float inv_freq[kMaxD / 2];
+    L2Prefetch pf;  // decode: the o_proj weight, asked of L2 after the wait (l2_prefetch.h)
 };
 }  // namespace
 
@@ -48,6 +49,8 @@ static __global__ void gated_attn_prep_kernel(PrepArgs a) {
     const int pos = a.positions[t];
     const float w = is_q ? ld(a.qw, a.qwdt, i) : ld(a.kw, a.kwdt, i);
     pdl_enter();  // launched through launch_pdl (common.cuh)
+    l2_prefetch_share(a.pf, static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x),
+                      static_cast<int>(gridDim.x * gridDim.y));
     const int64_t kv_off = t * a.kvs + h * D;
     const float x = is_q ? ld(a.qg, a.qgdt, t * a.qs + h * 2 * D + i) : ld(a.k, a.kdt, kv_off + i);
     const float r = rsqrtf(block_sum(x * x, red) / static_cast<float>(D) + a.eps);
@@ -239,10 +242,11 @@ void launch_prep(const PrepArgs& a, int64_t T, cudaStream_t s) {
 void gated_attention_decode(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
                             const Tensor& k_norm, float eps, const Tensor& positions, const RopeParams& rope,
                             Tensor& k_cache, Tensor& v_cache, float scale, Tensor& q_ws, void* ws, size_t ws_bytes,
-                            Tensor& out, cudaStream_t s) {
+                            Tensor& out, cudaStream_t s, const L2Prefetch* pf) {
     const int64_t T = qg.rows();
     if (T < 1 || T > attn::kMaxDecodeTokens) throw Error("cuda gated_attention_core: decode takes 1..8 tokens");
-    const PrepArgs a = prep_args(qg, k, v, q_norm, k_norm, eps, positions, rope, k_cache, v_cache, q_ws, out);
+    PrepArgs a = prep_args(qg, k, v, q_norm, k_norm, eps, positions, rope, k_cache, v_cache, q_ws, out);
+    if (pf) a.pf = *pf;
     if (ws_bytes < attention_ws_bytes(a.Hq, a.D)) throw Error("cuda gated_attention_core: workspace too small");
     launch_prep(a, T, s);
     // The query's gate half starts D elements into qg's head rows of 2D.

@@ -53,6 +53,7 @@ struct StepArgs {
     float eps;
     int prewait;  // split kernel: z, the norm weight and (one token) b | a in one round before the wait
     int zlate;    // z was written by this kernel's predecessor (gdn_step_fused_ba z_prior false): after the wait
+    L2Prefetch pf;  // the next projection's weights, asked of L2 after the wait (l2_prefetch.h)
 };
 }  // namespace
 
@@ -62,6 +63,7 @@ struct StepArgs {
 // loaded with the tile now; not re-measured).
 static __global__ void __launch_bounds__(kRowGroups * kCols) gdn_step1_kernel(StepArgs p) {
     pdl_enter();  // launched through launch_pdl (common.cuh)
+    l2_prefetch_share(p.pf, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
     __shared__ float qn[kMaxDk], kn[kMaxDk];
     __shared__ float part[kRowGroups][kCols];
     __shared__ float red[32];
@@ -283,6 +285,7 @@ __device__ __forceinline__ void tile_tokens(float (&s)[kRowsPerThread], int nr, 
 
 static __global__ void __launch_bounds__(kRowGroups * kCols) gdn_step_tiled_kernel(StepArgs p) {
     pdl_enter();  // launched through launch_pdl (common.cuh)
+    l2_prefetch_share(p.pf, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
     __shared__ TileSmem<kCols> m;
     const int tx = threadIdx.x % kCols, ty = threadIdx.x / kCols, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
@@ -363,6 +366,7 @@ static __global__ void __launch_bounds__(kRowGroups * kSplitCols) gdn_step_split
     }
     float wcol = p.prewait && c0 + lane < dv ? ld(p.w, p.wdt, c0 + lane) : 0.0f;
     pdl_enter();  // launched through launch_gdn_split (programmatic + cluster attributes)
+    l2_prefetch_share(p.pf, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
     if (!p.prewait && c0 + lane < dv) wcol = ld(p.w, p.wdt, c0 + lane);
     for (int64_t t0 = 0; t0 < p.T; t0 += kTile) {
         const int nt = static_cast<int>(p.T - t0 < kTile ? p.T - t0 : kTile);
@@ -481,10 +485,11 @@ StepArgs step_args(const Tensor& conv, const Tensor& A_log, const Tensor& dt_bia
 
 void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
                     Tensor& state, const Tensor& z, const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out,
-                    cudaStream_t s, bool z_prior) {
+                    cudaStream_t s, bool z_prior, const L2Prefetch* pf) {
     const char* op = "gdn_core";
     StepArgs p = step_args(conv, A_log, dt_bias, state, z, norm_w, eps, n_k_heads, out);
     p.zlate = z_prior ? 0 : 1;  // only the split kernel reads z before its wait
+    if (pf) p.pf = *pf;
     if (a.numel() != p.T * p.Hv || b.numel() != p.T * p.Hv) throw Error("cuda gdn_core: a, b must be [T, Hv]");
     if (p.T == 0) return;
     p.a = a.data; p.adt = dt_code(a.dtype, op, "a");
@@ -506,9 +511,10 @@ bool gdn_step_ba_ok(int64_t T, int64_t dv, const Tensor& ba_w) {
 
 void gdn_step_fused_ba(const Tensor& conv, const Tensor& x, const Tensor& ba_w, const Tensor& A_log,
                        const Tensor& dt_bias, Tensor& state, const Tensor& z, bool z_prior, const Tensor& norm_w,
-                       float eps, int64_t n_k_heads, Tensor& out, cudaStream_t s) {
+                       float eps, int64_t n_k_heads, Tensor& out, cudaStream_t s, const L2Prefetch* pf) {
     StepArgs p = step_args(conv, A_log, dt_bias, state, z, norm_w, eps, n_k_heads, out);
     p.zlate = z_prior ? 0 : 1;
+    if (pf) p.pf = *pf;
     if (!gdn_step_ba_ok(p.T, p.dv, ba_w) || x.dtype != DType::BF16 || x.rows() != p.T || x.cols() != ba_w.dim(1) ||
         ba_w.dim(0) != 2 * p.Hv || (reinterpret_cast<uintptr_t>(x.data) & 15) != 0)
         throw Error("cuda gdn_core_ba: x [T, H] and ba [2 Hv, H] BF16 (16-byte aligned, H a multiple of 8) for "

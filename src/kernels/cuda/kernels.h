@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "core/tensor.h"
+#include "kernels/cuda/l2_prefetch.h"
 
 namespace grimoire::cuda {
 
@@ -94,7 +95,7 @@ constexpr int64_t kAttnDecodeMaxT = 8;
 void gated_attention_decode(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
                             const Tensor& k_norm, float eps, const Tensor& positions, const RopeParams& rope,
                             Tensor& k_cache, Tensor& v_cache, float scale, Tensor& q_ws, void* ws, size_t ws_bytes,
-                            Tensor& out, cudaStream_t s);
+                            Tensor& out, cudaStream_t s, const L2Prefetch* pf = nullptr);
 // Backend::gated_attention_core for a prompt of T tokens (cache rows positions[t] = n_past + t; n_past from
 // n_past_dev when given): prep (split, norms, RoPE, cache append), flash prefill, sigmoid gate read in place
 // from qg. q_ws [T, Hq, D] act scratch. Row strides (0: dense) let qg and k, v be read in place from wider
@@ -109,13 +110,13 @@ void gated_attention_prefill(const Tensor& qg, const Tensor& k, const Tensor& v,
 // z was written by this kernel's predecessor (the projection that also did the conv), so read after the wait.
 void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
                     Tensor& state, const Tensor& z, const Tensor& norm_w, float eps, int64_t n_k_heads, Tensor& out,
-                    cudaStream_t s, bool z_prior = true);
+                    cudaStream_t s, bool z_prior = true, const L2Prefetch* pf = nullptr);
 // The same with b, a [T, Hv] computed in the kernel as x [T, H] @ ba_w^T (ba_w [2 Hv, H]: b's rows, then a's;
 // BF16, H a multiple of 8), rounded to x's dtype (Backend::gdn_core_ba). Only where gdn_step_ba_ok says so.
 // z_prior: z's writer ran before this kernel's predecessor, so z may be read before the programmatic wait.
 bool gdn_step_ba_ok(int64_t T, int64_t dv, const Tensor& ba_w);
 void gdn_step_fused_ba(const Tensor& conv, const Tensor& x, const Tensor& ba_w, const Tensor& A_log,
                        const Tensor& dt_bias, Tensor& state, const Tensor& z, bool z_prior, const Tensor& norm_w,
-                       float eps, int64_t n_k_heads, Tensor& out, cudaStream_t s);
+                       float eps, int64_t n_k_heads, Tensor& out, cudaStream_t s, const L2Prefetch* pf = nullptr);
 
 }  // namespace grimoire::cuda
