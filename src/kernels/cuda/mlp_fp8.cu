@@ -24,9 +24,9 @@
 // both halves of every pair inside its range and computes those 16 channels of h = silu(g) * u itself. Packed
 // kNtMajorPaired (the CUDA linear does so for a weight the loader marks as the MLP's gate | up) the pairs are
 // stored in that order and a block's range is one contiguous run; over kNtMajor it is two runs, a slot one or
-// two bulk copies (H100, session 30: ~4 us of a 27B layer against one contiguous range). Only the pairs cut by range boundaries are
-// shared: each block stores its piece of them (32 sums) before the grid barrier, and after it every block adds
-// the two pieces of every cut pair (block order) into its own copy of h. So stage A's tail is one round of
+// two bulk copies (H100, session 30: ~4 us of a 27B layer against one contiguous range). Only the pairs cut by
+// range boundaries are shared: each block stores its piece of them (32 sums) before the grid barrier, and after
+// it every block adds the two pieces of every cut pair (block order) into its own copy of h. So stage A's tail is one round of
 // stores and the barrier, not a chain of global round trips (session 30: four of them cost ~8 us an MLP on
 // the H100 with the memory system loaded by the stream).
 //
