@@ -4,6 +4,8 @@
 // cuBLASLt offers it: `fp8_prefill_*` is that one, `fp8_dequant_prefill_*` the dequant path's).
 //
 //   bench_quant_kernels [--out results.json] [--commit SHA] [--anchor torch_anchor.json]
+//                       [--only int4|fp8[:SHAPE]] [--rows M,...]
+// --only and --rows narrow the run for a profiler (ncu --launch-skip counts launches); the ratios need M = 1.
 //
 // Weights are random (packed words and scales filled on the device) and rotated over enough copies that
 // every launch streams from HBM, not from the 50 MB L2. The prefill paths are also timed with the next weight's
@@ -165,6 +167,7 @@ bool w8a8_prefill(const QWeights& q, int copies, const Shape& sh, int M, void* x
 
 int main(int argc, char** argv) {
     std::string out_path, commit = "unknown", anchor_path, command = "bench_quant_kernels", only;
+    std::vector<int> rows = {1, 2, 4, 8, 16};
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         command += " " + a;
@@ -177,8 +180,18 @@ int main(int argc, char** argv) {
         else if (a == "--commit") commit = val();
         else if (a == "--anchor") anchor_path = val();
         else if (a == "--only") only = val();  // "<int4|fp8>:<shape>" (profiling runs), or a format's shapes
-        else {
-            std::fprintf(stderr, "usage: bench_quant_kernels [--out FILE] [--commit SHA] [--anchor FILE]\n");
+        else if (a == "--rows") {                // "1,16": only these M (profiling runs: ncu's launch indices)
+            rows.clear();
+            const std::string v = val();
+            for (size_t p = 0; p < v.size();) {
+                const size_t e = v.find(',', p);
+                rows.push_back(std::stoi(v.substr(p, e - p)));
+                p = e == std::string::npos ? v.size() : e + 1;
+            }
+        } else {
+            std::fprintf(stderr,
+                         "usage: bench_quant_kernels [--out FILE] [--commit SHA] [--anchor FILE] [--only FMT[:SHAPE]] "
+                         "[--rows M,...]\n");
             return 2;
         }
     }
@@ -231,7 +244,7 @@ int main(int argc, char** argv) {
                 check(cudaMemset(ws.counters, 0, static_cast<size_t>(nc) * 4), "memset");
                 const std::string tag = std::to_string(sh.N) + "x" + std::to_string(sh.K);
                 double t1 = 0;
-                for (int M : {1, 2, 4, 8, 16}) {
+                for (int M : rows) {
                     if (pass == 1) break;
                     Tensor x(xbuf, DType::BF16, grimoire::Device::CUDA, {M, sh.K});
                     Tensor y(ybuf, DType::BF16, grimoire::Device::CUDA, {M, sh.N});
@@ -256,7 +269,7 @@ int main(int argc, char** argv) {
                         metrics[fmt + "_m1_GBps_" + tag] = ebw / 1e9;
                         ratios[fmt + "_m1_bw_" + tag] = ebw / bw;
                     }
-                    if (M == 16) ratios[fmt + "_m16_over_m1_" + tag] = ms / t1;
+                    if (M == 16 && t1 > 0) ratios[fmt + "_m16_over_m1_" + tag] = ms / t1;
                     std::printf("%s %-8s %6lld x %-6lld M %2d: %8.2f us  %6.0f GB/s  (%.2f of copy); graph %8.2f us (%.2f)\n",
                                 fmt.c_str(), sh.name, static_cast<long long>(sh.N), static_cast<long long>(sh.K), M,
                                 ms * 1e3, ebw / 1e9, ebw / bw, gms * 1e3, static_cast<double>(q.bytes) / (gms * 1e-3) / bw);
