@@ -37,7 +37,7 @@
 #include "kernels/cuda/kernels.h"
 #include "kernels/cuda/quant.h"
 #include "kernels/cuda/quant_qmv.cuh"
-#include "kernels/cuda/quant_qmv_sk.cuh"
+#include "qmv_streamk.cuh"
 
 namespace gc = grimoire::cuda;
 namespace qmm = grimoire::cuda::qmm;
@@ -315,7 +315,7 @@ Variant library(const char* name) {
             }};
 }
 
-// The warp-granular stream-K one-row kernel (quant_qmv_sk.cuh; INT4 g128 symmetric, F16 scales), its grid as
+// The warp-granular stream-K one-row kernel (qmv_streamk.cuh; INT4 g128 symmetric, F16 scales), its grid as
 // qmm.cu sizes it, with its own partials and per-n-tile counters. Not bit-comparable (another summation order):
 // checked against the reference within a tolerance.
 // A variant's own partials (f32) and zeroed per-n-tile counters (up to the lm_head's n-tiles), allocated at
@@ -461,7 +461,7 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<false, false, 2, 2, 3, qmm::kQmvPf1, true>("ssm_ntb2_d2_pf1"),
                      kernel_variant<false, false, 2, 2, 3, qmm::kQmvPf2, true>("ssm_ntb2_d2_pf2"),
                      kernel_variant<false, false, 1, 4, 3, qmm::kQmvPf1 | qmm::kQmvPf2, true>("ssm_ntb1_d4_pf3"),
-                     // Warp-granular stream-K (quant_qmv_sk.cuh): chunks in flight, blocks per SM.
+                     // Warp-granular stream-K (qmv_streamk.cuh): chunks in flight, blocks per SM.
                      sk_variant<4, 4>("sk_d4_mb4"),
                      sk_variant<6, 4>("sk_d6_mb4"),
                      sk_variant<8, 3>("sk_d8_mb3"),  // qmm.cu's (80 registers)
