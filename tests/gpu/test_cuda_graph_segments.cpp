@@ -198,5 +198,35 @@ TEST(CudaGraphSegments, ChunkedLogitsMatchOneCopy) {
     EXPECT_GE(be.graph_stats().replays, 6);
 }
 
+// The same with the step size alternating, 1 row then 4 rows then 1 ..., as a speculative decode with logits
+// runs plain and verify steps: each size's chunked step is replayed from its own cached graph between the
+// other's, over one host staging buffer (grown once by the first 4-row step). Logits equal the one-copy ones of
+// the same input, bit for bit, every round. (The 27B bench crashed or hung in this pattern at 554ca9f.)
+TEST(CudaGraphSegments, ChunkedLogitsAlternatingStepSizes) {
+    GRIMOIRE_REQUIRE_GPU();
+    const int64_t V = 1000, H = 64;
+    CudaBackend be(0, DType::BF16);
+    const auto w = test::rand_bf16(static_cast<size_t>(V * H), 511, -0.5f, 0.5f);
+    const auto nw = test::rand_bf16(static_cast<size_t>(H), 512, 0.5f, 1.5f);
+    auto lm = make_dense_linear(test::put(be, w, DType::BF16, {V, H}), Tensor{}, w);
+    const Tensor norm = test::put(be, nw, DType::F32, {H});
+    for (int round = 0; round < 12; ++round) {
+        const int64_t T = round % 2 == 0 ? 1 : 4;
+        const auto x0 = test::rand_bf16(static_cast<size_t>(T * H), static_cast<uint32_t>(700 + round), -2, 2);
+        std::vector<uint16_t> h16(x0.size());
+        for (size_t i = 0; i < x0.size(); ++i) h16[i] = f32_to_bf16(x0[i]);
+        std::vector<float> got[2];
+        for (int k = 0; k < 2; ++k) {  // 4 chunks (to_host_async per chunk), then one copy
+            be.reset_scratch();
+            Tensor x = be.scratch(DType::BF16, {T, H});
+            be.from_host(x, h16.data());
+            final_logits(be, x, norm, 1e-6f, NormKind::PLAIN, *lm, T, got[k], k == 0 ? 4 : 1);
+            ASSERT_EQ(got[k].size(), static_cast<size_t>(T * V));
+        }
+        test::expect_close(got[0], got[1], 0, 0, "4 chunks, T " + std::to_string(T) + ", round " + std::to_string(round));
+    }
+    EXPECT_GE(be.graph_stats().replays, 8);
+}
+
 }  // namespace
 }  // namespace grimoire
