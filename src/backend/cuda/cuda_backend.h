@@ -119,8 +119,8 @@ public:
 
     // The next projection's weight asked of L2 by the next DeltaNet step or gated attention decode
     // (kernels/cuda/l2_prefetch.h): the hints are kept until an op is recorded, and those two ops take them.
-    // At most l2_prefetch_cap() bytes an op (0: hints ignored); GRIMOIRE_L2_PREFETCH_MB sets it (default 0, an
-    // opt-in until measured end to end).
+    // At most l2_prefetch_cap() bytes an op (0: hints ignored); GRIMOIRE_L2_PREFETCH_MB sets it (default 0: at 48
+    // MB the 27B decode measured 11-13% slower on the H100, docs/BENCHMARKS.md session 31).
     void l2_prefetch(const void* data, size_t bytes) override;
 
     // ---- CUDA-only ----

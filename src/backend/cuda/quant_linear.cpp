@@ -446,7 +446,8 @@ class CudaFp8Linear final : public CudaQuantLinear {
     // The residual add + RMSNorm in the same launch (cuda::MlpPreNorm): where the block is offered, the norm
     // takes the row (D <= 8192) and GRIMOIRE_MLP_FUSED_NORM=1 as well, so no kernel sits between the mixer's
     // output projection and the block's weight stream (H100, session 30: ~9 us an MLP layer for the add_rmsnorm
-    // launch in between). Its own opt-in: built after session 30's last device call, not yet run on a GPU.
+    // launch in between). Its own opt-in: H100, session 31, 97.1 us a 27B MLP layer against the library's 98.5, yet
+    // 0.956 of the default 27B FP8 decode.
     bool offers_norm_mlp(int64_t rows, const Linear& down) const override {
         static const bool on = [] {
             const char* e = std::getenv("GRIMOIRE_MLP_FUSED_NORM");

@@ -3,7 +3,8 @@
 //
 // Status: correct and tested; an opt-in (GRIMOIRE_MLP_FUSED=1) because it measured slower than the library's glu
 // pass + down (27B MLP with its norm: H100 108.2 against 98.2 us, docs/BENCHMARKS.md session 30; the block alone
-// 99.3). The norm inside the launch (MlpPreNorm, GRIMOIRE_MLP_FUSED_NORM=1) is built but not yet device-run.
+// 99.3). With the norm inside the launch (MlpPreNorm, GRIMOIRE_MLP_FUSED_NORM=1) the layer took 97.1 us against
+// the library's 98.5 (H100, session 31), but the 27B FP8 decode read 0.820 of roofline against 0.858 by default.
 //
 // Why one launch (docs/BENCHMARKS.md, session 28's decode-chain probe): the one-row qmm of gate | up, the
 // silu_mul and the qmm of down each ramp up and drain the weight stream, and down cannot start loading until
