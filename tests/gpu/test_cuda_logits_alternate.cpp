@@ -1,0 +1,50 @@
+// One- and four-row steps with every row's logits copied back, alternating, as a speculative decode with logprobs
+// runs its plain and verify steps, with the logits in vocabulary chunks as the 27B's vocabulary takes them
+// (GRIMOIRE_LOGIT_CHUNKS=4, set here before the first forward reads it; hence a test binary of its own). Each
+// step's logits equal those of the same step on a backend with graphs off, bit for bit (same kernels, same
+// order). The 27B bench crashed or hung in this pattern with graphs on (docs/BENCHMARKS.md, session 31), and
+// final_logits alone does not (test_cuda_graph_segments ChunkedLogitsAlternatingStepSizes), so this runs the whole
+// forward of a fixture model.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../test_util.h"
+#include "gpu_test_util.h"
+#include "model/model.h"
+
+namespace grimoire {
+namespace {
+
+TEST(CudaLogitsAlternate, OneAndFourRowStepsWithChunkedLogits) {
+    GRIMOIRE_REQUIRE_GPU();
+    setenv("GRIMOIRE_LOGIT_CHUNKS", "4", 1);
+    const std::string dir = test::fixtures_dir() + "/qwen3_5";
+    CudaBackend with_graphs(0, DType::BF16), direct(0, DType::BF16);
+    direct.set_graphs(false);
+    auto mg = load_model(dir, with_graphs), md = load_model(dir, direct);
+    auto sg = mg->new_state(256), sd = md->new_state(256);
+    const std::vector<int32_t> prompt = {1, 5, 9, 13, 17, 21, 25, 29};
+    std::vector<float> lg, ld;
+    mg->forward(*sg, prompt, 1, lg);
+    md->forward(*sd, prompt, 1, ld);
+    ASSERT_EQ(lg.size(), ld.size());
+    for (int round = 0; round < 16; ++round) {
+        const int64_t T = round % 2 == 0 ? 1 : 4;
+        std::vector<int32_t> toks(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t) toks[static_cast<size_t>(t)] = static_cast<int32_t>(3 + 7 * round + t);
+        sg->n_past = sd->n_past = static_cast<int64_t>(prompt.size());  // the same context every round, as the bench
+        mg->forward(*sg, toks, T, lg);
+        md->forward(*sd, toks, T, ld);
+        ASSERT_EQ(lg.size(), ld.size()) << "round " << round;
+        EXPECT_EQ(0, std::memcmp(lg.data(), ld.data(), lg.size() * sizeof(float)))
+            << "round " << round << ", " << T << " rows: logits differ between graphs on and off";
+    }
+    EXPECT_GT(with_graphs.graph_stats().replays, 0);
+}
+
+}  // namespace
+}  // namespace grimoire
