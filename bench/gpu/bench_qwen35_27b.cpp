@@ -11,7 +11,8 @@
 // prints where one prompt's device time goes per op (StepGraph profiling) and the host-side time of the
 // prompt's launches with graphs off against its device time; with --quant, also the per-op device time of a
 // 1-token and a 4-token decode step. --verify-detail (with --quant) times the 4-token step's greedy and
-// host-logits forms again, alternated, and its body without the head.
+// host-logits forms again, alternated, and its body without the head. --alternate-logits N, after the decode
+// figures, runs N one-row and N four-row host-logits steps alternated, printing each, and exits (the crash check).
 //
 // --random-weights writes a header-only checkpoint of the real geometry (config.json + a sparse
 // model.safetensors whose data region is a hole, so it takes no disk) and loads it with load_model() like any
@@ -26,8 +27,11 @@
 // so the work is that of a real 4K / 32K context without spending minutes of prefill on it).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <chrono>
@@ -240,11 +244,29 @@ double gemm_flops(int64_t M, bool constant_data) {
 
 }  // namespace
 
+namespace {
+// A crash or a hang killed by `timeout` prints the main thread's stack (module + offset: addr2line against the
+// unstripped binary), for the device runs, where no debugger is installed.
+void print_stack(int sig) {
+    void* frames[64];
+    const int n = backtrace(frames, 64);
+    const char msg[] = "bench_qwen35_27b: signal, stack:\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    backtrace_symbols_fd(frames, n, 2);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+}
+}  // namespace
+
 int main(int argc, char** argv) {
+    std::signal(SIGSEGV, print_stack);
+    std::signal(SIGTERM, print_stack);
+    std::signal(SIGABRT, print_stack);
     bool random_weights = false;
     std::string out_path, commit = "unknown";
     int decode_steps = 32;
     bool prefill_only = false, profile = false, verify_detail = false;
+    int alternate_logits = 0;  // --alternate-logits N: the host-logits alternation check alone (session 31's crash)
     std::vector<int64_t> prefill_lengths = {512, 4096};
     std::vector<int64_t> decode_contexts;  // empty: the defaults below
     std::string command = "bench_qwen35_27b";
@@ -259,6 +281,8 @@ int main(int argc, char** argv) {
         else if (a == "--prefill-only") prefill_only = true;
         else if (a == "--profile") profile = true;
         else if (a == "--verify-detail") verify_detail = true;
+        else if (a == "--alternate-logits" && i + 1 < argc)
+            alternate_logits = std::stoi(argv[++i]), command += std::string(" ") + argv[i];
         else if (a == "--prefill-tokens" && i + 1 < argc)
             prefill_lengths = {std::stoll(argv[++i])}, command += std::string(" ") + argv[i];
         else if (a == "--contexts" && i + 1 < argc) {
@@ -273,7 +297,7 @@ int main(int argc, char** argv) {
         else {
             std::fprintf(stderr, "usage: bench_qwen35_27b --random-weights [--quant gptq|fp8] [--out FILE] [--commit SHA] [--decode-steps N] "
                                  "[--prefill-only] [--prefill-tokens T] [--profile] [--verify-detail] "
-                                 "[--contexts N,N,..]\n");
+                                 "[--contexts N,N,..] [--alternate-logits N]\n");
             return 2;
         }
     }
@@ -513,6 +537,28 @@ int main(int argc, char** argv) {
                                 be.profile_report().c_str());
                 }
             }
+        }
+        if (alternate_logits > 0) {
+            // After the decode figures (their graphs in the cache, as when the crash was seen): one- and four-row
+            // steps, every row's logits on the host, alternated as a speculative decode with logprobs runs them.
+            // Each step is printed before the next, so a crash or hang names the round; the logits must be
+            // finite. Exits without the prompt figures or the record.
+            for (int r = 0; r < 2 * alternate_logits; ++r) {
+                const int T = r % 2 == 0 ? 1 : 4;
+                std::vector<int32_t> toks(static_cast<size_t>(T), 1000 + r);
+                st->n_past = 512;
+                const double a = now();
+                model->forward(*st, toks, T, logits);
+                size_t bad = 0;
+                for (float v : logits) bad += std::isfinite(v) ? 0 : 1;
+                std::printf("alternate-logits round %d, %d rows: %.2f ms, %zu logits, %zu not finite, graph replays "
+                            "%lld\n",
+                            r, T, (now() - a) * 1e3, logits.size(), bad,
+                            static_cast<long long>(be.graph_stats().replays));
+                std::fflush(stdout);
+                if (bad || logits.size() != static_cast<size_t>(T * V)) return 1;
+            }
+            return 0;
         }
         metrics["graph_captures"] = be.graph_stats().captures;
         metrics["graph_replays"] = be.graph_stats().replays;

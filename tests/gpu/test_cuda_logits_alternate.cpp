@@ -46,5 +46,48 @@ TEST(CudaLogitsAlternate, OneAndFourRowStepsWithChunkedLogits) {
     EXPECT_GT(with_graphs.graph_stats().replays, 0);
 }
 
+// The bench's whole history before the crash, in its order: plain steps greedy and with host logits, then
+// blocks of one- and four-row steps greedy, those alternated, blocks with host logits, and last the host-logits
+// alternation (where the 27B crashed). Greedy ids and logits compared against graphs off at every step.
+TEST(CudaLogitsAlternate, TheBenchSequence) {
+    GRIMOIRE_REQUIRE_GPU();
+    setenv("GRIMOIRE_LOGIT_CHUNKS", "4", 1);
+    const std::string dir = test::fixtures_dir() + "/qwen3_5";
+    CudaBackend with_graphs(0, DType::BF16), direct(0, DType::BF16);
+    direct.set_graphs(false);
+    auto mg = load_model(dir, with_graphs), md = load_model(dir, direct);
+    auto sg = mg->new_state(256), sd = md->new_state(256);
+    const int64_t ctx = 16;
+    sg->n_past = sd->n_past = ctx;
+    int step = 0;
+    auto run = [&](int64_t T, bool greedy) {
+        std::vector<int32_t> toks(static_cast<size_t>(T));
+        for (int64_t t = 0; t < T; ++t) toks[static_cast<size_t>(t)] = static_cast<int32_t>(2 + (5 * step + t) % 50);
+        sg->n_past = sd->n_past = ctx;
+        if (greedy) {
+            std::vector<int32_t> ig, id;
+            mg->forward_greedy(*sg, toks, T, ig);
+            md->forward_greedy(*sd, toks, T, id);
+            EXPECT_EQ(ig, id) << "step " << step << ", " << T << " rows greedy";
+        } else {
+            std::vector<float> lg, ld;
+            mg->forward(*sg, toks, T, lg);
+            md->forward(*sd, toks, T, ld);
+            ASSERT_EQ(lg.size(), ld.size());
+            EXPECT_EQ(0, std::memcmp(lg.data(), ld.data(), lg.size() * sizeof(float)))
+                << "step " << step << ", " << T << " rows with logits";
+        }
+        ++step;
+    };
+    for (const bool greedy : {true, false})
+        for (int i = 0; i < 8; ++i) run(1, greedy);
+    for (const bool greedy : {true, false}) {
+        for (int i = 0; i < 6; ++i) run(1, greedy);
+        for (int i = 0; i < 6; ++i) run(4, greedy);
+        for (int i = 0; i < 8; ++i) run(1, greedy), run(4, greedy);
+    }
+    EXPECT_GT(with_graphs.graph_stats().replays, 0);
+}
+
 }  // namespace
 }  // namespace grimoire
