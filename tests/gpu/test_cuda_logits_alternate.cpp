@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,14 +20,26 @@
 namespace grimoire {
 namespace {
 
+// The fixture model twice, on a backend with graphs and on one without, with a state each; the logits in 4
+// vocabulary chunks (the environment is read at the first forward).
+struct Pair {
+    CudaBackend with_graphs{0, DType::BF16}, direct{0, DType::BF16};
+    std::unique_ptr<Model> mg, md;
+    std::unique_ptr<SequenceState> sg, sd;
+    Pair() {
+        setenv("GRIMOIRE_LOGIT_CHUNKS", "4", 1);
+        direct.set_graphs(false);
+        const std::string dir = test::fixtures_dir() + "/qwen3_5";
+        mg = load_model(dir, with_graphs), md = load_model(dir, direct);
+        sg = mg->new_state(256), sd = md->new_state(256);
+    }
+};
+
 TEST(CudaLogitsAlternate, OneAndFourRowStepsWithChunkedLogits) {
     GRIMOIRE_REQUIRE_GPU();
-    setenv("GRIMOIRE_LOGIT_CHUNKS", "4", 1);
-    const std::string dir = test::fixtures_dir() + "/qwen3_5";
-    CudaBackend with_graphs(0, DType::BF16), direct(0, DType::BF16);
-    direct.set_graphs(false);
-    auto mg = load_model(dir, with_graphs), md = load_model(dir, direct);
-    auto sg = mg->new_state(256), sd = md->new_state(256);
+    Pair p;
+    auto &mg = p.mg, &md = p.md;
+    auto &sg = p.sg, &sd = p.sd;
     const std::vector<int32_t> prompt = {1, 5, 9, 13, 17, 21, 25, 29};
     std::vector<float> lg, ld;
     mg->forward(*sg, prompt, 1, lg);
@@ -43,7 +56,7 @@ TEST(CudaLogitsAlternate, OneAndFourRowStepsWithChunkedLogits) {
         EXPECT_EQ(0, std::memcmp(lg.data(), ld.data(), lg.size() * sizeof(float)))
             << "round " << round << ", " << T << " rows: logits differ between graphs on and off";
     }
-    EXPECT_GT(with_graphs.graph_stats().replays, 0);
+    EXPECT_GT(p.with_graphs.graph_stats().replays, 0);
 }
 
 // The bench's whole history before the crash, in its order: plain steps greedy and with host logits, then
@@ -51,12 +64,9 @@ TEST(CudaLogitsAlternate, OneAndFourRowStepsWithChunkedLogits) {
 // alternation (where the 27B crashed). Greedy ids and logits compared against graphs off at every step.
 TEST(CudaLogitsAlternate, TheBenchSequence) {
     GRIMOIRE_REQUIRE_GPU();
-    setenv("GRIMOIRE_LOGIT_CHUNKS", "4", 1);
-    const std::string dir = test::fixtures_dir() + "/qwen3_5";
-    CudaBackend with_graphs(0, DType::BF16), direct(0, DType::BF16);
-    direct.set_graphs(false);
-    auto mg = load_model(dir, with_graphs), md = load_model(dir, direct);
-    auto sg = mg->new_state(256), sd = md->new_state(256);
+    Pair p;
+    auto &mg = p.mg, &md = p.md;
+    auto &sg = p.sg, &sd = p.sd;
     const int64_t ctx = 16;
     sg->n_past = sd->n_past = ctx;
     int step = 0;
@@ -86,7 +96,7 @@ TEST(CudaLogitsAlternate, TheBenchSequence) {
         for (int i = 0; i < 6; ++i) run(4, greedy);
         for (int i = 0; i < 8; ++i) run(1, greedy), run(4, greedy);
     }
-    EXPECT_GT(with_graphs.graph_stats().replays, 0);
+    EXPECT_GT(p.with_graphs.graph_stats().replays, 0);
 }
 
 }  // namespace
