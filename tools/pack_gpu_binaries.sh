@@ -2,7 +2,8 @@
 # Packs the CUDA binaries built here into carry/pk.tar.xz for the device tool (its `carry` limit is 64 MiB with the
 # tracked tree, which is ~55 MB, so each 15-20 MB binary cannot travel alone). Stripped and compressed together
 # with a large xz dictionary the copies of the shared CUDA library dedupe: all GPU tests plus grimoire and the
-# benchmarks fit in ~7-9 MB. libutf8proc and the HTTP server's libraries (not on the device image) travel with them.
+# benchmarks took ~7-9 MB, 11.1 MB at session 32, which no longer fits beside the tree (tools/pack_some.sh warns;
+# pack a call's binaries with it then). libutf8proc and the HTTP server's libraries (not on the device image) travel with them.
 # The packing itself is tools/pack_some.sh; this names every GPU binary the build has.
 #
 #   tools/pack_gpu_binaries.sh [BUILD_DIR]      # default build/cuda-dev (cmake --preset cuda -B build/cuda-dev
