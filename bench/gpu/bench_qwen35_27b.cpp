@@ -552,9 +552,11 @@ int main(int argc, char** argv) {
                 size_t bad = 0;
                 for (float v : logits) bad += std::isfinite(v) ? 0 : 1;
                 std::printf("alternate-logits round %d, %d rows: %.2f ms, %zu logits, %zu not finite, graph replays "
-                            "%lld\n",
+                            "%lld (GRIMOIRE_GRAPH_CHECK: %lld checked, %lld differed)\n",
                             r, T, (now() - a) * 1e3, logits.size(), bad,
-                            static_cast<long long>(be.graph_stats().replays));
+                            static_cast<long long>(be.graph_stats().replays),
+                            static_cast<long long>(be.graph_stats().checked),
+                            static_cast<long long>(be.graph_stats().check_mismatches));
                 std::fflush(stdout);
                 if (bad || logits.size() != static_cast<size_t>(T * V)) return 1;
             }

@@ -1,10 +1,10 @@
-// One- and four-row steps with every row's logits copied back, alternating, as a speculative decode with logprobs
-// runs its plain and verify steps, with the logits in vocabulary chunks as the 27B's vocabulary takes them
-// (GRIMOIRE_LOGIT_CHUNKS=4, set here before the first forward reads it; hence a test binary of its own). Each
-// step's logits equal those of the same step on a backend with graphs off, bit for bit (same kernels, same
-// order). The 27B bench crashed or hung in this pattern with graphs on (docs/BENCHMARKS.md, session 31), and
-// final_logits alone does not (test_cuda_graph_segments ChunkedLogitsAlternatingStepSizes), so this runs the whole
-// forward of a fixture model.
+// One- and four-row steps with every row's logits copied back, alternating, as a speculative decode with
+// logprobs runs its plain and verify steps, with the logits in vocabulary chunks as the 27B's vocabulary
+// takes them (GRIMOIRE_LOGIT_CHUNKS=4, set here before the first forward reads it; hence a test binary of its
+// own). Each step's logits equal those of the same step on a backend with graphs off, bit for bit (same
+// kernels, same order). The 27B bench crashed or hung in this pattern with graphs on (docs/BENCHMARKS.md,
+// session 31), and final_logits alone does not (test_cuda_graph_segments ChunkedLogitsAlternatingStepSizes),
+// so this runs the whole forward of a fixture model.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -29,7 +29,10 @@ struct Pair {
     Pair() {
         setenv("GRIMOIRE_LOGIT_CHUNKS", "4", 1);
         direct.set_graphs(false);
-        const std::string dir = test::fixtures_dir() + "/qwen3_5";
+        // GRIMOIRE_ALT_FIXTURE: another checkpoint directory (a quantized copy of qwen3_5 written by
+        // tools/quantize.py, to run the qmm kernels' workspaces through the same history).
+        const char* other = std::getenv("GRIMOIRE_ALT_FIXTURE");
+        const std::string dir = other ? std::string(other) : test::fixtures_dir() + "/qwen3_5";
         mg = load_model(dir, with_graphs), md = load_model(dir, direct);
         sg = mg->new_state(256), sd = md->new_state(256);
     }
@@ -48,8 +51,10 @@ TEST(CudaLogitsAlternate, OneAndFourRowStepsWithChunkedLogits) {
     for (int round = 0; round < 16; ++round) {
         const int64_t T = round % 2 == 0 ? 1 : 4;
         std::vector<int32_t> toks(static_cast<size_t>(T));
-        for (int64_t t = 0; t < T; ++t) toks[static_cast<size_t>(t)] = static_cast<int32_t>(3 + 7 * round + t);
-        sg->n_past = sd->n_past = static_cast<int64_t>(prompt.size());  // the same context every round, as the bench
+        for (int64_t t = 0; t < T; ++t)
+            toks[static_cast<size_t>(t)] = static_cast<int32_t>(3 + 7 * round + t);
+        sg->n_past = sd->n_past =
+            static_cast<int64_t>(prompt.size());  // the same context every round, as the bench
         mg->forward(*sg, toks, T, lg);
         md->forward(*sd, toks, T, ld);
         ASSERT_EQ(lg.size(), ld.size()) << "round " << round;
@@ -60,8 +65,9 @@ TEST(CudaLogitsAlternate, OneAndFourRowStepsWithChunkedLogits) {
 }
 
 // The bench's whole history before the crash, in its order: plain steps greedy and with host logits, then
-// blocks of one- and four-row steps greedy, those alternated, blocks with host logits, and last the host-logits
-// alternation (where the 27B crashed). Greedy ids and logits compared against graphs off at every step.
+// blocks of one- and four-row steps greedy, those alternated, blocks with host logits, and last the
+// host-logits alternation (where the 27B crashed). Greedy ids and logits compared against graphs off at every
+// step.
 TEST(CudaLogitsAlternate, TheBenchSequence) {
     GRIMOIRE_REQUIRE_GPU();
     Pair p;
@@ -71,7 +77,8 @@ TEST(CudaLogitsAlternate, TheBenchSequence) {
     int step = 0;
     auto run = [&](int64_t T, bool greedy) {
         std::vector<int32_t> toks(static_cast<size_t>(T));
-        for (int64_t t = 0; t < T; ++t) toks[static_cast<size_t>(t)] = static_cast<int32_t>(2 + (5 * step + t) % 50);
+        for (int64_t t = 0; t < T; ++t)
+            toks[static_cast<size_t>(t)] = static_cast<int32_t>(2 + (5 * step + t) % 50);
         sg->n_past = sd->n_past = ctx;
         if (greedy) {
             std::vector<int32_t> ig, id;

@@ -62,6 +62,7 @@ class StepGraph {
 
     struct Stats {
         int64_t direct_steps = 0, captures = 0, replays = 0;
+        int64_t checked = 0, check_mismatches = 0;  // GRIMOIRE_GRAPH_CHECK=1 (see check_replay)
     };
     const Stats& stats() const { return stats_; }
 
@@ -86,9 +87,24 @@ class StepGraph {
         int seen = 0;
         cudaGraphExec_t exec = nullptr;
         bool uncapturable = false;
+        // GRIMOIRE_GRAPH_CHECK=1 only: the captured graph, and the node count after each op (op_end[i]: nodes
+        // of ops 0..i), for naming the op of a node that differs.
+        cudaGraph_t graph = nullptr;
+        std::vector<size_t> op_end;
     };
     void run_direct();
     void run_profiled();
+    // Captures ops_ into a graph (nullptr where something cannot be captured); with op_end, the node count
+    // after each op.
+    cudaGraph_t capture(std::vector<size_t>* op_end);
+    // GRIMOIRE_GRAPH_CHECK=1, a debugging mode (slow: every replay is a capture too): before a cached graph
+    // is replayed, the step's ops are captured again and every node compared with the cached graph's (kernel:
+    // function, grid, block, shared memory and the argument bytes; copy and fill: pointers and sizes; event
+    // record: the event). A difference means the ops' keys left out something the launches depend on, so
+    // the replay would run stale parameters: it is printed with the op's tag and the fresh capture replaces
+    // the cached one.
+    void check_replay(Entry& e, uint64_t key);
+    bool check_ = false;
 
     cudaStream_t stream_;
     bool enabled_ = true;
