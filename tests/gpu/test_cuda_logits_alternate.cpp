@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "../test_util.h"
+#include "backend/cuda/step_graph.h"
 #include "gpu_test_util.h"
+#include "kernels/cuda/kernels.h"
 #include "model/model.h"
 
 namespace grimoire {
@@ -29,6 +31,10 @@ struct Pair {
     Pair() {
         setenv("GRIMOIRE_LOGIT_CHUNKS", "4", 1);
         direct.set_graphs(false);
+        // Every replay is checked against a fresh capture of its ops: a key that leaves out a launch
+        // parameter (a pointer, a size, a host buffer) shows as a difference
+        // (graph_stats().check_mismatches).
+        with_graphs.set_graph_check(true);
         // GRIMOIRE_ALT_FIXTURE: another checkpoint directory (a quantized copy of qwen3_5 written by
         // tools/quantize.py, to run the qmm kernels' workspaces through the same history).
         const char* other = std::getenv("GRIMOIRE_ALT_FIXTURE");
@@ -62,6 +68,9 @@ TEST(CudaLogitsAlternate, OneAndFourRowStepsWithChunkedLogits) {
             << "round " << round << ", " << T << " rows: logits differ between graphs on and off";
     }
     EXPECT_GT(p.with_graphs.graph_stats().replays, 0);
+    EXPECT_GT(p.with_graphs.graph_stats().checked, 0);
+    EXPECT_EQ(p.with_graphs.graph_stats().check_mismatches, 0)
+        << "a replayed graph differed from its step's ops";
 }
 
 // The bench's whole history before the crash, in its order: plain steps greedy and with host logits, then
@@ -103,6 +112,58 @@ TEST(CudaLogitsAlternate, TheBenchSequence) {
         for (int i = 0; i < 8; ++i) run(1, greedy), run(4, greedy);
     }
     EXPECT_GT(p.with_graphs.graph_stats().replays, 0);
+    EXPECT_GT(p.with_graphs.graph_stats().checked, 0);
+    EXPECT_EQ(p.with_graphs.graph_stats().check_mismatches, 0)
+        << "a replayed graph differed from its step's ops";
+}
+
+// The check itself: ops recorded under a key that leaves out what changes (here on purpose) replay a stale
+// graph; with the check on, the replay that differs from its ops is found, counted and run from the fresh
+// capture.
+TEST(CudaGraphCheck, FindsAKeyThatLeavesOutALaunchParameter) {
+    GRIMOIRE_REQUIRE_GPU();
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+    int* buf = nullptr;  // [2] i32 filled by a memset node
+    float* f = nullptr;  // [64] f32 filled by a kernel
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&buf), 2 * sizeof(int)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&f), 64 * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(buf, 0, 2 * sizeof(int)), cudaSuccess);
+    std::vector<float> first(64), last(64), want(64);
+    {
+        cuda::StepGraph g(s);
+        g.set_check(true);
+        // Step 0 runs directly, step 1 is captured, steps 2-3 replay. From step 2 on the fill's pointer and
+        // the kernel's seed change, and the key (1, 2) says nothing of either.
+        for (int step = 0; step < 4; ++step) {
+            int* dst = buf + (step >= 2 ? 1 : 0);
+            const uint64_t seed = step >= 2 ? 99 : 7;
+            g.record(
+                1, [dst](cudaStream_t st) { cudaMemsetAsync(dst, 7, sizeof(int), st); }, "fill");
+            g.record(
+                2, [f, seed](cudaStream_t st) { cuda::random_fill(f, DType::F32, 64, seed, 1.0f, 0.0f, st); },
+                "random");
+            g.flush();
+            ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+            if (step == 1)
+                ASSERT_EQ(cudaMemcpy(first.data(), f, 64 * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        }
+        ASSERT_EQ(cudaMemcpy(last.data(), f, 64 * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(g.stats().captures, 1);
+        EXPECT_EQ(g.stats().checked, 2);
+        EXPECT_EQ(g.stats().check_mismatches, 1);  // step 2; step 3 matches the capture that replaced it
+    }
+    int h[2] = {0, 0};
+    ASSERT_EQ(cudaMemcpy(h, buf, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(h[0], 0x07070707);
+    EXPECT_EQ(h[1], 0x07070707) << "the replay after the mismatch must run the new pointer";
+    cuda::random_fill(f, DType::F32, 64, 99, 1.0f, 0.0f, s);
+    ASSERT_EQ(cudaMemcpy(want.data(), f, 64 * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(last, want) << "the replay after the mismatch must run the new seed";
+    EXPECT_NE(first, want);
+    cudaFree(buf);
+    cudaFree(f);
+    cudaStreamDestroy(s);
 }
 
 }  // namespace

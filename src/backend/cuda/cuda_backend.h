@@ -136,6 +136,11 @@ public:
         graph_->set_enabled(on);
     }
     bool graphs() const { return graph_->enabled(); }
+    // Every replay checked against a fresh capture (StepGraph::set_check; GRIMOIRE_GRAPH_CHECK=1 at start).
+    void set_graph_check(bool on) {
+        materialize_split();
+        graph_->set_check(on);
+    }
     const cuda::StepGraph::Stats& graph_stats() const { return graph_->stats(); }
     // Per-op device times of the steps flushed while on (see StepGraph::set_profiling); the report clears them.
     void set_profiling(bool on) {

@@ -77,6 +77,11 @@ void StepGraph::set_profiling(bool on) {
     profiling_ = on;
 }
 
+void StepGraph::set_check(bool on) {
+    flush();
+    check_ = on;
+}
+
 void StepGraph::set_enabled(bool on) {
     flush();
     enabled_ = on;

@@ -44,6 +44,8 @@ class StepGraph {
 
     bool enabled() const { return enabled_; }
     void set_enabled(bool on);
+    // See check_replay. Graphs captured while off are not checked (their nodes were not kept).
+    void set_check(bool on);
     bool pending() const { return !ops_.empty(); }
     size_t pending_ops() const { return ops_.size(); }
     // With graphs disabled the op runs immediately; otherwise it is recorded until flush(). `tag` names the
