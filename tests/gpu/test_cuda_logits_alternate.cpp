@@ -117,6 +117,37 @@ TEST(CudaLogitsAlternate, TheBenchSequence) {
         << "a replayed graph differed from its step's ops";
 }
 
+// A graph's device-to-host copy stays bound to the page-locked buffer it was captured with, so host_staging()
+// regrown (the old buffer freed, a larger one allocated, often at the same address, so the same keys) must
+// drop the cached graphs. The 27B bench's one-row host-logits step, replayed after a four-row step had grown
+// the buffer, crashed inside cuGraphLaunch or with an unspecified launch failure (session 33).
+TEST(CudaLogitsAlternate, StagingRegrowthDropsTheGraphsThatCopyIntoIt) {
+    GRIMOIRE_REQUIRE_GPU();
+    CudaBackend be(0, DType::BF16);
+    const int64_t small = 128 * 1024, big = 4 * small;  // f32 elements: 0.5 MB and 2 MB, as the 27B's logits
+    int step_no = 0;
+    auto step = [&](int64_t n) {
+        std::vector<float> in(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i)
+            in[static_cast<size_t>(i)] = static_cast<float>(step_no * 1000003 + i);
+        be.reset_scratch();
+        Tensor t = be.scratch(DType::F32, {n});
+        be.from_host(t, in.data());
+        auto* raw = static_cast<float*>(be.host_staging(static_cast<size_t>(n) * 4));
+        be.wait_host(be.to_host_async(t, raw));
+        EXPECT_EQ(0, std::memcmp(raw, in.data(), static_cast<size_t>(n) * 4)) << "step " << step_no;
+        ++step_no;
+    };
+    for (int i = 0; i < 3; ++i) step(small);  // direct, captured, replayed
+    EXPECT_GT(be.graph_stats().replays, 0);
+    for (int i = 0; i < 3; ++i) step(big);  // the buffer grows at the first
+    const int64_t replays = be.graph_stats().replays;
+    step(small);  // the same ops as the first three, the staging maybe at the same address: not a replay
+    EXPECT_EQ(be.graph_stats().replays, replays)
+        << "a graph made before the staging buffer was regrown was replayed";
+    for (int i = 0; i < 3; ++i) step(i % 2 ? big : small);
+}
+
 // The check itself: ops recorded under a key that leaves out what changes (here on purpose) replay a stale
 // graph; with the check on, the replay that differs from its ops is found, counted and run from the fresh
 // capture.

@@ -268,7 +268,9 @@ void CudaBackend::reset_scratch() {
     // Pinned staging and the int slots are rewritten by the next step: the copies out of them must be done.
     if (pinned_->used() > 0 || n_int_slots_ > 0 || mem_->scratch_overflowed())
         GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    mem_->reset_scratch();
+    // Regrown scratch (its chunks freed, one larger allocated, often at a freed chunk's address): the cached
+    // graphs referencing the old chunks are dropped, as for host_staging.
+    if (mem_->reset_scratch()) graph_->clear_cache();
     pinned_->reset();
     n_int_slots_ = 0;
     first_segment_done_ = false;
@@ -320,6 +322,11 @@ void* CudaBackend::host_staging(size_t bytes) {
     if (bytes > staging_bytes_) {
         flush_all();
         GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no copy into the old buffer is pending
+        // The cached graphs' copy nodes into the old buffer go with it. Their keys hold its address, and the new
+        // buffer often gets the same one (cudaMallocHost reuses the range just freed), but a graph's copy node
+        // stays bound to the page-locked allocation it was made with: replaying it after the free wrote through
+        // a stale mapping (session 33, 27B bench: unspecified launch failure, or a crash inside cuGraphLaunch).
+        graph_->clear_cache();
         if (staging_host_) cudaFreeHost(staging_host_);
         staging_host_ = nullptr, staging_bytes_ = 0;
         GRIMOIRE_CUDA_CHECK(cudaMallocHost(&staging_host_, bytes));
