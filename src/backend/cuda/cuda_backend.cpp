@@ -187,12 +187,16 @@ void* CudaBackend::weight_buffer(size_t bytes, const void* host) {
     return p;
 }
 
+void CudaBackend::release_graphs() {
+    flush_all();
+    GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    graph_->clear_cache();
+}
+
 void CudaBackend::reserve_quant_ws(QuantWs which, size_t bytes) {
     WsBuf& b = quant_ws_[static_cast<int>(which)];
     if (bytes <= b.bytes) return;
-    flush_all();  // nothing recorded may still point at the old buffer
-    GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    graph_->clear_cache();
+    release_graphs();
     if (b.ptr) mem_->free(b.ptr);
     b.ptr = mem_->alloc(bytes, cuda::Pool::WORKSPACE);
     b.bytes = bytes;
@@ -320,13 +324,11 @@ void CudaBackend::wait_host(int ticket) {
 
 void* CudaBackend::host_staging(size_t bytes) {
     if (bytes > staging_bytes_) {
-        flush_all();
-        GRIMOIRE_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no copy into the old buffer is pending
-        // The cached graphs' copy nodes into the old buffer go with it. Their keys hold its address, and the new
-        // buffer often gets the same one (cudaMallocHost reuses the range just freed), but a graph's copy node
-        // stays bound to the page-locked allocation it was made with: replaying it after the free wrote through
-        // a stale mapping (session 33, 27B bench: unspecified launch failure, or a crash inside cuGraphLaunch).
-        graph_->clear_cache();
+        // The graphs' copy nodes into the old buffer go with it: their keys hold its address, and the new buffer
+        // often gets the same one (cudaMallocHost reuses the range just freed), but a copy node stays bound to
+        // the page-locked allocation it was made with. Replayed after the free it wrote through a stale mapping
+        // (session 33, 27B bench: unspecified launch failure, or a crash inside cuGraphLaunch).
+        release_graphs();
         if (staging_host_) cudaFreeHost(staging_host_);
         staging_host_ = nullptr, staging_bytes_ = 0;
         GRIMOIRE_CUDA_CHECK(cudaMallocHost(&staging_host_, bytes));

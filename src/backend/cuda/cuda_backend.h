@@ -203,6 +203,10 @@ private:
         ++flushes_;
     }
     void materialize_split() const;
+    // Before freeing memory that recorded ops or cached graphs use: runs what is recorded, waits for it, and drops
+    // the graphs (a graph's node stays bound to the allocation it was made with, even where a new one later lands
+    // at the same address and so matches its key).
+    void release_graphs();
     // The deferred split's output and parts viewed in place in it (row stride y.cols()) when its parts are
     // exactly `want`, in order; the split is then dropped: the fused prompt cores read the parts from y, and
     // the parts' own buffers are never written (every caller is those parts' only reader).
