@@ -392,8 +392,9 @@ int main(int argc, char** argv) {
         }
         if (!g_quant.empty() && !prefill_only) {
             // One speculative verify step (4 tokens, logits for all 4) over one plain step, at context 512.
-            // Greedy (the argmax of every row on the device, as a greedy speculative verify takes it) and with
-            // every row's logits on the host; `verify4_over_step1` is the greedy one (alternated medians, below).
+            // Greedy (the argmax of every row on the device, as a greedy speculative verify takes it) and
+            // with every row's logits on the host; `verify4_over_step1` is the greedy one (alternated
+            // medians, below; `verify4_logits_over_step1` the host-logits one).
             auto step_ms = [&](int T, bool greedy) {
                 std::vector<int32_t> toks(static_cast<size_t>(T), 1000);
                 auto run = [&] {
@@ -433,17 +434,23 @@ int main(int argc, char** argv) {
                 return ms;
             };
             // The two steps alternated, one plain step then one verify step, each timed alone and the medians
-            // taken: both see the same clocks and host state, as a speculative decode interleaves them. Measured one
-            // block after the other, the FP8 record at fba38a0 read the verify step at 9.89 ms in its block and
-            // 8.96 / 9.11 ms in two later blocks of the same process (--verify-detail): a slow phase of the card
-            // moved the ratio by 0.1. The blocks' ratio is kept as verify4_over_step1_blocks.
-            // Greedy steps only: alternating host-logits steps crashed with graphs on (session 31; fixed in session 33,
-            // host_staging's regrowth now drops the graphs copying into the old buffer; not yet measured this way).
-            auto alternated_greedy_ms = [&](double& t1, double& t4) {
+            // taken: both see the same clocks and host state, as a speculative decode interleaves them.
+            // Measured one block after the other, the FP8 record at fba38a0 read the verify step at 9.89 ms
+            // in its block and 8.96 / 9.11 ms in two later blocks of the same process (--verify-detail): a
+            // slow phase of the card moved the ratio by 0.1. The blocks' ratio is kept as
+            // verify4_over_step1_blocks. Both forms: alternating host-logits steps crashed with graphs on in
+            // session 31 (a graph's copy node bound to host_staging's freed buffer, fixed in session 33), so
+            // until then the host-logits ratio came from the blocks; it comes from alternated steps again
+            // (the blocks' ratio kept beside it).
+            auto alternated_ms = [&](bool greedy, double& t1, double& t4) {
                 std::vector<int32_t> t1s(1, 1000), t4s(4, 1000);
                 auto run = [&](const std::vector<int32_t>& toks) {
                     st->n_past = 512;
-                    model->forward_greedy(*st, toks, static_cast<int>(toks.size()), ids);
+                    const int T = static_cast<int>(toks.size());
+                    if (greedy)
+                        model->forward_greedy(*st, toks, T, ids);
+                    else
+                        model->forward(*st, toks, T, logits);
                 };
                 for (int i = 0; i < 3; ++i) run(t1s), run(t4s);
                 std::vector<double> a1, a4;
@@ -466,20 +473,18 @@ int main(int argc, char** argv) {
                 const std::string sfx = greedy ? "" : "_logits";
                 metrics["step1" + sfx + "_ms"] = t1;
                 metrics["verify4" + sfx + "_ms"] = t4;
-                std::printf("verify step (4 tokens, %s), one block each: %.2f ms / plain step %.2f ms = %.3f\n",
-                            greedy ? "greedy ids" : "host logits", t4, t1, t4 / t1);
-                if (!greedy) {  // host logits: blocks only (see above)
-                    ratios["verify4" + sfx + "_over_step1"] = t4 / t1;
-                    continue;
-                }
+                std::printf(
+                    "verify step (4 tokens, %s), one block each: %.2f ms / plain step %.2f ms = %.3f\n",
+                    greedy ? "greedy ids" : "host logits", t4, t1, t4 / t1);
                 double m1 = 0, m4 = 0;
-                alternated_greedy_ms(m1, m4);
+                alternated_ms(greedy, m1, m4);
                 metrics["step1" + sfx + "_alternated_median_ms"] = m1;
                 metrics["verify4" + sfx + "_alternated_median_ms"] = m4;
                 ratios["verify4" + sfx + "_over_step1"] = m4 / m1;
                 ratios["verify4" + sfx + "_over_step1_blocks"] = t4 / t1;
-                std::printf("verify step (4 tokens, greedy ids), alternated, medians: %.2f ms / plain step %.2f ms = %.3f\n",
-                            m4, m1, m4 / m1);
+                std::printf(
+                    "verify step (4 tokens, %s), alternated, medians: %.2f ms / plain step %.2f ms = %.3f\n",
+                    greedy ? "greedy ids" : "host logits", m4, m1, m4 / m1);
             }
             if (verify_detail) {
                 // Which part of a 4-token step the greedy and host-logits forms differ in: both again, alternated
