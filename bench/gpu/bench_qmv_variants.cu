@@ -173,11 +173,11 @@ Variant kernel_variant(const char* name) {
     constexpr int kScaleBytes = FP8 ? 4 : 2;
     auto k = qmm::qmv_kernel<FP8, false, kScaleBytes, NTB, D, MINB, MULTI, ABL, SSM, MAXM, WSM, PERS>;
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(qmm::kQmvMaxSmem)),
+                               static_cast<int>(qmm::qmv_max_dyn_smem(ABL))),
           "smem attribute");
-    constexpr int kExact =
-        qmm::kQmvGeneralLoop | qmm::kQmvScalarStage | qmm::kQmvBlockStage | qmm::kQmvSerialStage | qmm::kQmvPf1 |
-        qmm::kQmvPf2 | qmm::kQmvTrace;  // A/B, same result
+    constexpr int kExact = qmm::kQmvGeneralLoop | qmm::kQmvScalarStage | qmm::kQmvBlockStage |
+                           qmm::kQmvSerialStage | qmm::kQmvPf1 | qmm::kQmvPf2 | qmm::kQmvTrace |
+                           qmm::kQmvAccSmem;  // A/B, same result
     return {name, (ABL & ~kExact) == 0, k, NTB, 0, SSM ? (MULTI ? 3 : 2) : MULTI ? 0 : 1, {}, WSM ? D : 0, FP8};
 }
 
@@ -543,26 +543,34 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 2, 2, 3, 0, true, 16>("ssm_ntb2_d2"),
              kernel_variant<false, true, 2, 2, 3, qmm::kQmvGeneralLoop, true, 16>("ssm_ntb2_d2_genloop"),
              library<false>("library"),
-             // Where sixteen rows lose their time on qmm.cu's wide-weight form (ablations: wrong results): no x
-             // loads (B fragments constant), no mma, no dequant, and none of the three.
+             // The accumulators in shared memory (kQmvAccSmem, session 34): 80 registers, a third block per
+             // SM.
+             kernel_variant<false, true, 2, 3, 3, qmm::kQmvAccSmem, true, 16>("acs_ntb2_d3_mb3"),
+             kernel_variant<false, true, 2, 4, 3, qmm::kQmvAccSmem, true, 16>("acs_ntb2_d4_mb3"),
+             kernel_variant<false, true, 2, 3, 2, qmm::kQmvAccSmem, true, 16>("acs_ntb2_d3_mb2"),
+             kernel_variant<false, true, 1, 4, 3, qmm::kQmvAccSmem, true, 16>("acs_ntb1_d4_mb3"),
+             kernel_variant<false, true, 1, 3, 4, qmm::kQmvAccSmem, true, 16>("acs_ntb1_d3_mb4"),
+             // Where sixteen rows lose their time on qmm.cu's wide-weight form (ablations: wrong results): no
+             // x loads (B fragments constant), no mma, no dequant, and none of the three.
              kernel_variant<false, true, 2, 3, 2, kQmvNoX, true, 16>("abl_nox_ntb2_d3_mb2"),
              kernel_variant<false, true, 2, 3, 2, kQmvNoMma, true, 16>("abl_nomma_ntb2_d3_mb2"),
              kernel_variant<false, true, 2, 3, 2, kQmvNoDequant, true, 16>("abl_nodeq_ntb2_d3_mb2"),
              kernel_variant<false, true, 2, 3, 2, kQmvNoX | kQmvNoMma | kQmvNoDequant, true, 16>(
                  "abl_nocomp_ntb2_d3_mb2"),
              kernel_variant<false, true, 2, 2, 3, kQmvNoX, true, 16>("abl_nox_ntb2_d2"),
-             // The zero point subtracted from each weight in BF16 (kQmvSubZ): no all-ones mma for x's group sums
-             // (a third of the mma at sixteen rows), four more BF16 subtractions per 8 weights.
+             // The zero point subtracted from each weight in BF16 (kQmvSubZ): no all-ones mma for x's group
+             // sums (a third of the mma at sixteen rows), four more BF16 subtractions per 8 weights.
              inexact(kernel_variant<false, true, 2, 3, 2, qmm::kQmvSubZ, true, 16>("subz_ntb2_d3_mb2")),
              inexact(kernel_variant<false, true, 2, 2, 3, qmm::kQmvSubZ, true, 16>("subz_ntb2_d2")),
              inexact(kernel_variant<false, true, 1, 2, 3, qmm::kQmvSubZ, true, 16>("subz_ntb1_d2")),
              inexact(kernel_variant<false, true, 2, 2, 2, qmm::kQmvSubZ, true, 16>("subz_ntb2_d2_mb2")),
-             // The x sums by one all-ones mma per B operand (kQmvSumCols, the form before session 19) against the
-             // single mma with x as A (the committed form, above).
+             // The x sums by one all-ones mma per B operand (kQmvSumCols, the form before session 19) against
+             // the single mma with x as A (the committed form, above).
              inexact(kernel_variant<false, true, 2, 3, 2, qmm::kQmvSumCols, true, 16>("sumcols_ntb2_d3_mb2")),
              inexact(kernel_variant<false, true, 2, 2, 3, qmm::kQmvSumCols, true, 16>("sumcols_ntb2_d2")),
-             // The weights through a per-warp shared-memory ring (WSM: cp.async, deeper than the registers allow
-             // at sixteen rows, where qmm.cu's form keeps two chunks of two tiles at two blocks per SM).
+             // The weights through a per-warp shared-memory ring (WSM: cp.async, deeper than the registers
+             // allow at sixteen rows, where qmm.cu's form keeps two chunks of two tiles at two blocks per
+             // SM).
              inexact(ring_variant<false, true, 2, 4, 2, true, 16>("wsm_ntb2_d4_mb2")),
              inexact(ring_variant<false, true, 2, 6, 2, true, 16>("wsm_ntb2_d6_mb2")),
              inexact(ring_variant<false, true, 2, 4, 3, true, 16>("wsm_ntb2_d4_mb3")),

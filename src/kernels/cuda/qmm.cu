@@ -158,7 +158,7 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, STAGE, kSsm, MAXM>;
     static const bool attr_set = [&] {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(qmm::kQmvMaxSmem));
+                             static_cast<int>(qmm::qmv_max_dyn_smem(STAGE)));
         return true;
     }();
     (void)attr_set;
@@ -190,25 +190,40 @@ void launch_qmv_row(qmm::Args& a, cudaStream_t s) {
 // INT4 one row two tiles at depth 2 (the fixed-group loop of quant_qmv.cuh needs an even depth; session 9:
 // gate_up 27.4 us, 28.8 at depth 3; lm_head 166 / 170), and
 // FP8 one row always 1 (session 9: gate_up 48.4 / 49.8 us, lm_head 297.5 / 302.3 with one / two; the
-// two-tile FP8 one-row kernel also spills at 64 registers). Session 8, INT4 one row: two-tile blocks took q_gate (768 n-tiles) 13.3 -> 12.2 us while down and
-// o_proj (320) were 17-20% slower with them. Session 9, staged scales and fragment-ordered x, the same
-// split at one, four and eight rows (four rows: gate_up 34.7 -> 31.1 us with two tiles, down 25.5 -> 17.2
-// with one); FP8 at four and eight rows the same (eight rows: q_gate 23.2 -> 19.1 us with two tiles, down
-// 38.8 -> 35.1 with one), at sixteen one tile on every shape (two: 1-27% slower).
+// two-tile FP8 one-row kernel also spills at 64 registers). Session 8, INT4 one row: two-tile blocks took
+// q_gate (768 n-tiles) 13.3 -> 12.2 us while down and o_proj (320) were 17-20% slower with them. Session 9,
+// staged scales and fragment-ordered x, the same split at one, four and eight rows (four rows: gate_up 34.7
+// -> 31.1 us with two tiles, down 25.5 -> 17.2 with one); FP8 at four and eight rows the same (eight rows:
+// q_gate 23.2 -> 19.1 us with two tiles, down 38.8 -> 35.1 with one), at sixteen one tile on every shape
+// (two: 1-27% slower).
 //
 // Session 10 (quant_qmv.cuh's warp-local scale staging, same call): it took one row's down 18.8 -> 17.0 us,
 // q_gate 12.5 -> 10.8, gdn_qkv 10.9 -> 10.1, o_proj 8.8 -> 7.8, but gate_up 28.3 -> 29.0 and lm_head 164.6 ->
 // 175.1, so one-row weights of at least 8 n-tiles per SM keep the block-wide staging; at 4 and 16 rows it
 // was faster on every shape. At 9..16 rows the 320-n-tile weights take the two-tile blocks at two per SM too
 // (o_proj 10.4 -> 9.5 us, down 24.0 / 24.3).
-// Session 17's one-row blocks for weights of 4 to 8 n-tiles per SM (launch_qmv_ssz); GRIMOIRE_QMV_MID=0 keeps the
-// 2..16-row form there (the A/B).
+// Session 17's one-row blocks for weights of 4 to 8 n-tiles per SM (launch_qmv_ssz); GRIMOIRE_QMV_MID=0 keeps
+// the 2..16-row form there (the A/B).
 bool qmv_mid() {
     static const bool on = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_MID");
         return !(e && e[0] == '0');
     }();
     return on;
+}
+
+// INT4 at 9..16 rows on weights of at least 8 n-tiles per SM (gate_up, lm_head): the two-tile blocks with the
+// accumulators in shared memory (quant_qmv.cuh kQmvAccSmem; 80 registers) at three per SM instead of two, when
+// the scale table leaves room for them. Measured on an H100 (docs/BENCHMARKS.md, session 34; sixteen rows, us,
+// twice, against the two-per-SM form): gate_up 41.72, 41.94 / 42.76, 42.82; lm_head 273.8, 274.4 / 283.8,
+// 282.9; the same bits. Slower on the narrower weights (q_gate +4%, down +21%), which keep their forms.
+// GRIMOIRE_QMV_ACS=0 keeps the two-per-SM form (the A/B).
+bool qmv_acs(const qmm::Args& a, bool asym) {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_QMV_ACS");
+        return !(e && e[0] == '0');
+    }();
+    return on && qmm::qmv_smem_ssm(a, 2, asym, false) <= qmm::qmv_max_dyn_smem(qmm::kQmvAccSmem);
 }
 
 template <bool FP8, bool ASYM, int SSZ>
@@ -265,6 +280,8 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         // / 14.1, gdn_qkv 14.2 / 14.0).
         if constexpr (!FP8) {
             if (two && !wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
+            if (wide && qmv_acs(a, ASYM))
+                return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true, 16, qmm::kQmvAccSmem>(a, s);
             return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
         } else {
             // Also tried (session 25, us at 16 rows, this form / one tile at depth 2 four per SM / two tiles at depth
@@ -316,6 +333,8 @@ void launch_qmv_glu(qmm::Args& a, cudaStream_t s) {
         }
         if (a.M > 8) {
             if (two && !wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
+            if (wide && qmv_acs(a, ASYM))
+                return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true, 16, qmm::kQmvAccSmem>(a, s);
             return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
         }
     } else {

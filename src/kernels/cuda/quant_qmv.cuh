@@ -122,14 +122,28 @@ enum : int {
     kQmvPf1 = 512,  // L2 prefetch of a window of 4 chunks beyond the register slots (kQmvPf2: 8; both: 12)
     kQmvPf2 = 1024,
     kQmvNoXsum = 2048,  // ablation: one row without the chunk sums of x (wrong results)
-    kQmvMmaSum = 4096,  // one row: the group's x sum from an all-ones mma per k-tile (as 2..16 rows), not staged
-    kQmvSumCols = 8192,  // 9..16 rows: the x sums by one all-ones mma per B operand (the form before session 19)
+    kQmvMmaSum =
+        4096,  // one row: the group's x sum from an all-ones mma per k-tile (as 2..16 rows), not staged
+    kQmvSumCols =
+        8192,  // 9..16 rows: the x sums by one all-ones mma per B operand (the form before session 19)
     // Diagnostic (bench_qmv_variants' trace variants; same results): lane 0 of every warp writes %globaltimer
     // and clock64 at entry, after the programmatic-launch wait, before the first chunk, after the last and at
     // exit, and the block's SM, to Args::partials (which this kernel does not otherwise use) as
     // [block][warp][kQmvTraceWords] u64.
-    kQmvTrace = 16384
+    kQmvTrace = 16384,
+    // 2..16 rows (session 34): the per-warp accumulators of the block's outputs (acc, 16 registers a lane at
+    // two tiles and sixteen rows) kept in shared memory, each lane its own words, read and written at the
+    // group flush only; the same fmaf in the same order, so the same bits. Frees the registers a third block
+    // per SM needs at sixteen rows (ncu, H100: 127 registers, two blocks per SM;
+    // bench/results/qmv_ncu_m16_h100.json).
+    kQmvAccSmem = 32768
 };
+// The dynamic shared memory a launch may take with these ABL bits: kQmvAccSmem adds 16 KB of static shared
+// memory beside the 16 KB reduction buffer, and static + dynamic must stay within the 227 KB a block may opt
+// in to.
+constexpr size_t qmv_max_dyn_smem(int abl) {
+    return (abl & kQmvAccSmem) != 0 ? kQmvMaxSmem - 40 * 1024 : kQmvMaxSmem;
+}
 constexpr int kQmvTraceWords = 12;  // [2 i] globaltimer, [2 i + 1] clock64 of point i < 5; [10] SM id
 template <int ABL>
 __device__ __forceinline__ void qmv_trace(const Args& a, int i) {
@@ -225,6 +239,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // reduction buffers: one barrier per group. Scales come with the weights (no staged table).
     static_assert(!PERS || (!SSM && !WSM), "persistent blocks load their scales with the weights");
     __shared__ float red[PERS ? 2 : 1][kQmvWarps][RT][NTB * 16];
+    constexpr bool ACS =
+        MULTI && !PERS && (ABL & kQmvAccSmem) != 0;  // acc in shared memory, [warp][j, e][lane]
     const int nTB = (a.NT + NTB - 1) / NTB;  // n-tile groups
     // glu parts (quant.h QmmParts::glu, two-tile blocks only): group tb holds gate n-tile tb and up n-tile
     // tb + NT / 2, so the block's reduction has both halves of its 16 outputs.
@@ -522,10 +538,14 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 
     constexpr int NA = MULTI ? 4 * NH : 2;  // one row: columns 2t and 2t + 1 of C are equal, keep c0 / c2
     float acc[NTB][NA], cur[NTB][4 * NH];
+    __shared__ float accs[ACS ? kQmvWarps : 1][ACS ? NTB * NA : 1][32];
 #pragma unroll
     for (int j = 0; j < NTB; ++j) {
 #pragma unroll
-        for (int e = 0; e < NA; ++e) acc[j][e] = 0.0f;
+        for (int e = 0; e < NA; ++e) {
+            acc[j][e] = 0.0f;
+            if constexpr (ACS) accs[warp][j * NA + e][lane] = 0.0f;
+        }
 #pragma unroll
         for (int e = 0; e < 4 * NH; ++e) cur[j][e] = 0.0f;
     }
@@ -632,7 +652,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
 #pragma unroll
                 for (int e = 0; e < 4 * NH; ++e) {
                     const float v = ZF ? fmaf(-((e & 2) ? zh : zl), xs[e >> 2][e & 1], cur[j][e]) : cur[j][e];
-                    acc[j][e] = fmaf(v, (e & 2) ? sh : sl, acc[j][e]);
+                    if constexpr (ACS) {
+                        float& r = accs[warp][j * NA + e][lane];
+                        r = fmaf(v, (e & 2) ? sh : sl, r);
+                    } else {
+                        acc[j][e] = fmaf(v, (e & 2) ? sh : sl, acc[j][e]);
+                    }
                 }
             } else {
                 const float vl = ZF ? fmaf(-zl, xs[0][0], cur[j][0]) : cur[j][0];
@@ -655,6 +680,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // 8h + 2t + 1 in acc[4h..4h + 3] (one row: every column is token 0).
     auto reduce_store = [&](int tb, int buf) {
         if constexpr (MULTI) {
+            if constexpr (ACS) {
+#pragma unroll
+                for (int j = 0; j < NTB; ++j)
+#pragma unroll
+                    for (int e = 0; e < NA; ++e) acc[j][e] = accs[warp][j * NA + e][lane];
+            }
 #pragma unroll
             for (int j = 0; j < NTB; ++j)
 #pragma unroll
@@ -777,7 +808,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // slower on gate_up and q | k | v | z, so that form keeps the general loop.
     constexpr int FG = D == 1 ? 2 : D;
     if constexpr ((SSM || MULTI) &&
-                  (ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum | kQmvSumCols | kQmvTrace)) == 0 &&
+                  (ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum | kQmvSumCols |
+                           kQmvTrace | kQmvAccSmem)) == 0 &&
                   FG % 2 == 0) {
         // Scale groups of two chunks and a warp range of whole groups (g128 weights, K a multiple of 1024
         // channels): the flushes fall on fixed slots, each group's first mma starts its sum, and the loop
