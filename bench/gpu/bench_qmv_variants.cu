@@ -550,6 +550,15 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 2, 3, 2, qmm::kQmvAccSmem, true, 16>("acs_ntb2_d3_mb2"),
              kernel_variant<false, true, 1, 4, 3, qmm::kQmvAccSmem, true, 16>("acs_ntb1_d4_mb3"),
              kernel_variant<false, true, 1, 3, 4, qmm::kQmvAccSmem, true, 16>("acs_ntb1_d3_mb4"),
+             // ncu's source page (session 34): a quarter of the two-per-SM form's stall samples sit on the first
+             // dequant shift of each chunk, waiting for its weights. Deeper register slots at two per SM (the
+             // accumulators in shared memory make room) and an L2 window beyond them.
+             kernel_variant<false, true, 2, 4, 2, qmm::kQmvAccSmem, true, 16>("acs_ntb2_d4_mb2"),
+             kernel_variant<false, true, 2, 5, 2, qmm::kQmvAccSmem, true, 16>("acs_ntb2_d5_mb2"),
+             kernel_variant<false, true, 2, 3, 2, qmm::kQmvPf1, true, 16>("pf1_ntb2_d3_mb2"),
+             kernel_variant<false, true, 2, 3, 2, qmm::kQmvPf2, true, 16>("pf2_ntb2_d3_mb2"),
+             kernel_variant<false, true, 2, 3, 3, qmm::kQmvAccSmem | qmm::kQmvPf1, true, 16>("acs_pf1_ntb2_d3_mb3"),
+             kernel_variant<false, true, 2, 3, 3, qmm::kQmvAccSmem | qmm::kQmvPf2, true, 16>("acs_pf2_ntb2_d3_mb3"),
              // Where sixteen rows lose their time on qmm.cu's wide-weight form (ablations: wrong results): no
              // x loads (B fragments constant), no mma, no dequant, and none of the three.
              kernel_variant<false, true, 2, 3, 2, kQmvNoX, true, 16>("abl_nox_ntb2_d3_mb2"),
