@@ -617,6 +617,13 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, true, 2, 2, 3, 0, false, 16>("ntb2_d2"),
                      kernel_variant<true, true, 1, 2, 3, 0, false, 16>("ntb1_d2"),
                      library<true>("library"),
+                     // The accumulators in shared memory (kQmvAccSmem, session 34): two tiles at 80
+                     // registers, one tile at four per SM or deeper.
+                     kernel_variant<true, true, 2, 3, 3, qmm::kQmvAccSmem, false, 16>("acs_ntb2_d3_mb3"),
+                     kernel_variant<true, true, 2, 2, 3, qmm::kQmvAccSmem, false, 16>("acs_ntb2_d2_mb3"),
+                     kernel_variant<true, true, 1, 4, 4, qmm::kQmvAccSmem, false, 16>("acs_ntb1_d4_mb4"),
+                     kernel_variant<true, true, 1, 6, 3, qmm::kQmvAccSmem, false, 16>("acs_ntb1_d6_mb3"),
+                     kernel_variant<true, true, 1, 4, 3, qmm::kQmvAccSmem, false, 16>("acs_ntb1_d4_mb3"),
                  }});
     g.push_back({"fp8_m1",
                  true,

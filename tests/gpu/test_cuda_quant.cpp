@@ -217,6 +217,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes,
                                            Fp8Case{1030, 2048, true},
                                            Fp8Case{129, 4160, false},
                                            Fp8Case{17001, 300, true},
+                                           // >= 4 x 132 n-tiles, per-channel: the two-tile 9..16-row form
+                                           Fp8Case{9000, 512, false},
                                            // 163 and 320 n-tiles: one and two per SM (132 SMs)
                                            Fp8Case{2600, 3072, true},
                                            Fp8Case{5120, 1024, true}));

@@ -213,17 +213,23 @@ bool qmv_mid() {
 }
 
 // INT4 at 9..16 rows on weights of at least 8 n-tiles per SM (gate_up, lm_head): the two-tile blocks with the
-// accumulators in shared memory (quant_qmv.cuh kQmvAccSmem; 80 registers) at three per SM instead of two, when
-// the scale table leaves room for them. Measured on an H100 (docs/BENCHMARKS.md, session 34; sixteen rows, us,
-// twice, against the two-per-SM form): gate_up 41.72, 41.94 / 42.76, 42.82; lm_head 273.8, 274.4 / 283.8,
-// 282.9; the same bits. Slower on the narrower weights (q_gate +4%, down +21%), which keep their forms.
-// GRIMOIRE_QMV_ACS=0 keeps the two-per-SM form (the A/B).
-bool qmv_acs(const qmm::Args& a, bool asym) {
+// accumulators in shared memory (quant_qmv.cuh kQmvAccSmem; 80 registers) at three per SM instead of two,
+// when the scale table leaves room for them. Measured on an H100 (docs/BENCHMARKS.md, session 34; sixteen
+// rows, us, twice, against the two-per-SM form): gate_up 41.72, 41.94 / 42.76, 42.82; lm_head 273.8, 274.4 /
+// 283.8, 282.9; the same bits. Slower on the narrower weights (q_gate +4%, down +21%), which keep their
+// forms. GRIMOIRE_QMV_ACS=0 keeps the two-per-SM form (the A/B). FP8 at 9..16 rows takes the same blocks (two
+// tiles, three per SM) on weights of at least 4 n-tiles per SM, where it had one-tile blocks only (its
+// two-tile form spilled at 80 registers). Same H100 call, us, one-tile library / two tiles with the
+// accumulators in shared memory, twice: gate_up 73.26, 73.02 / 67.83, 67.83; q_gate 25.80, 25.81
+// / 24.35, 24.30; DeltaNet qkv 27.23, 27.13 / 24.01, 23.94; lm_head 464.5, 464.5 / 444.6, 444.4; down and
+// o_proj (4 n-tiles per SM or fewer) 17-20% slower, so they keep one tile.
+bool qmv_acs(const qmm::Args& a, bool fp8, bool asym) {
     static const bool on = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_ACS");
         return !(e && e[0] == '0');
     }();
-    return on && qmm::qmv_smem_ssm(a, 2, asym, false) <= qmm::qmv_max_dyn_smem(qmm::kQmvAccSmem);
+    const size_t smem = fp8 ? qmm::qmv_smem(a, false) : qmm::qmv_smem_ssm(a, 2, asym, false);
+    return on && smem <= qmm::qmv_max_dyn_smem(qmm::kQmvAccSmem);
 }
 
 template <bool FP8, bool ASYM, int SSZ>
@@ -280,12 +286,14 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         // / 14.1, gdn_qkv 14.2 / 14.0).
         if constexpr (!FP8) {
             if (two && !wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
-            if (wide && qmv_acs(a, ASYM))
+            if (wide && qmv_acs(a, FP8, ASYM))
                 return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true, 16, qmm::kQmvAccSmem>(a, s);
             return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
         } else {
             // Also tried (session 25, us at 16 rows, this form / one tile at depth 2 four per SM / two tiles at depth
             // 2 two per SM): gate_up 61.2 / 63.3 / 71.6, down 34.9 / 47.4 / 49.3, o_proj 13.4 / 18.0 / 18.7.
+            if (two && qmv_acs(a, FP8, ASYM))
+                return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16, qmm::kQmvAccSmem>(a, s);
             return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true, 16>(a, s);
         }
     }
@@ -333,7 +341,7 @@ void launch_qmv_glu(qmm::Args& a, cudaStream_t s) {
         }
         if (a.M > 8) {
             if (two && !wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
-            if (wide && qmv_acs(a, ASYM))
+            if (wide && qmv_acs(a, FP8, ASYM))
                 return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true, 16, qmm::kQmvAccSmem>(a, s);
             return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
         }
