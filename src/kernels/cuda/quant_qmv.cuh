@@ -122,10 +122,10 @@ enum : int {
     kQmvPf1 = 512,  // L2 prefetch of a window of 4 chunks beyond the register slots (kQmvPf2: 8; both: 12)
     kQmvPf2 = 1024,
     kQmvNoXsum = 2048,  // ablation: one row without the chunk sums of x (wrong results)
-    kQmvMmaSum =
-        4096,  // one row: the group's x sum from an all-ones mma per k-tile (as 2..16 rows), not staged
-    kQmvSumCols =
-        8192,  // 9..16 rows: the x sums by one all-ones mma per B operand (the form before session 19)
+    // One row: the group's x sum from an all-ones mma per k-tile (as 2..16 rows), not staged.
+    kQmvMmaSum = 4096,
+    // 9..16 rows: the x sums by one all-ones mma per B operand (the form before session 19).
+    kQmvSumCols = 8192,
     // Diagnostic (bench_qmv_variants' trace variants; same results): lane 0 of every warp writes %globaltimer
     // and clock64 at entry, after the programmatic-launch wait, before the first chunk, after the last and at
     // exit, and the block's SM, to Args::partials (which this kernel does not otherwise use) as
