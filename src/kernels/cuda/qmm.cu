@@ -228,8 +228,16 @@ bool qmv_acs(const qmm::Args& a, bool fp8, bool asym) {
         const char* e = std::getenv("GRIMOIRE_QMV_ACS");
         return !(e && e[0] == '0');
     }();
-    const size_t smem = fp8 ? qmm::qmv_smem(a, false) : qmm::qmv_smem_ssm(a, 2, asym, false);
-    return on && smem <= qmm::qmv_max_dyn_smem(qmm::kQmvAccSmem);
+    return on && qmv_launch_smem(a, fp8, asym) <= qmm::qmv_max_dyn_smem(qmm::kQmvAccSmem);
+}
+
+// INT4 at 9..16 rows (launch_qmv_ssz's forms, and the glu parts'): see there and qmv_acs.
+template <bool ASYM, int SSZ>
+void launch_qmv_int4_m16(qmm::Args& a, bool two, bool wide, cudaStream_t s) {
+    if (two && !wide) return launch_qmv_m<false, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
+    if (wide && qmv_acs(a, false, ASYM))
+        return launch_qmv_m<false, ASYM, SSZ, 2, 3, 3, true, 16, qmm::kQmvAccSmem>(a, s);
+    launch_qmv_m<false, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
 }
 
 template <bool FP8, bool ASYM, int SSZ>
@@ -285,10 +293,7 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         // blocks (session 9, sixteen rows, same call: gate_up 36.2 / 40.1 us, lm_head 238 / 257; q_gate 15.6
         // / 14.1, gdn_qkv 14.2 / 14.0).
         if constexpr (!FP8) {
-            if (two && !wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
-            if (wide && qmv_acs(a, FP8, ASYM))
-                return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true, 16, qmm::kQmvAccSmem>(a, s);
-            return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
+            return launch_qmv_int4_m16<ASYM, SSZ>(a, two, wide, s);
         } else {
             // Also tried (session 25, us at 16 rows, this form / one tile at depth 2 four per SM / two tiles at depth
             // 2 two per SM): gate_up 61.2 / 63.3 / 71.6, down 34.9 / 47.4 / 49.3, o_proj 13.4 / 18.0 / 18.7.
@@ -327,9 +332,10 @@ bool qmv_route(const qmm::Args& a, bool fp8, bool asym, int forced_blocks) {
            qmv_launch_smem(a, fp8, asym) <= qmm::kQmvMaxSmem;
 }
 
-// glu parts (QmmParts::glu): the two-tile instances of launch_qmv_ssz's choices, each block pairing gate n-tile t
-// with up n-tile t + NT / 2; where launch_qmv_ssz takes one-tile blocks (narrow weights, FP8 one row) the
-// nearest two-tile form. Not offered for FP8 above 8 rows (its only 9..16-row form has one-tile blocks).
+// glu parts (QmmParts::glu): the two-tile instances of launch_qmv_ssz's choices, each block pairing gate
+// n-tile t with up n-tile t + NT / 2; where launch_qmv_ssz takes one-tile blocks (narrow weights, FP8 one
+// row) the nearest two-tile form. Not offered for FP8 above 8 rows (until session 34 its only 9..16-row form
+// had one-tile blocks; its two-tile form for 4+ n-tiles per SM has not been measured as glu parts).
 template <bool FP8, bool ASYM, int SSZ>
 void launch_qmv_glu(qmm::Args& a, cudaStream_t s) {
     const bool two = a.NT >= 4 * qmm::device_sms(), wide = a.NT >= 8 * qmm::device_sms();
@@ -339,12 +345,7 @@ void launch_qmv_glu(qmm::Args& a, cudaStream_t s) {
             if (wide) return launch_qmv_row<ASYM, SSZ, 2, 2, 3, qmm::kQmvBlockStage>(a, s);
             return launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
         }
-        if (a.M > 8) {
-            if (two && !wide) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
-            if (wide && qmv_acs(a, FP8, ASYM))
-                return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true, 16, qmm::kQmvAccSmem>(a, s);
-            return launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
-        }
+        if (a.M > 8) return launch_qmv_int4_m16<ASYM, SSZ>(a, two, wide, s);
     } else {
         if (a.M > 8 || a.ldx % 64 != 0) throw Error("cuda qmm_fp8: glu parts for more than 8 rows or unaligned x");
     }
