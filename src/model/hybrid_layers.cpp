@@ -105,6 +105,7 @@ void gated_attention_forward(Backend& be, const GatedAttentionWeights& w, const 
     Tensor &qg = qkv[0], &k = qkv[1], &v = qkv[2];
     Tensor att = be.scratch(act, {T, Hq * D});
     w.o->prefetch(be);  // read right after the attention, under which the memory bus idles
+    be.linear_follows();
     be.gated_attention_core(qg, k, v, w.q_norm, w.k_norm, c.norm_eps, positions, c.rope, st.k_cache, st.v_cache,
                             n_past, 1.0f / std::sqrt(static_cast<float>(D)), att);
     w.o->forward(be, att, out);
@@ -149,6 +150,7 @@ void gdn_forward(Backend& be, const GdnWeights& w, const GdnConfig& c, const Ten
             bool fused = false;
             std::vector<Tensor> in = w.in.forward_conv(be, x, nu - 1, w.conv, st.conv_state, &fused);
             w.out->prefetch(be);  // read right after the recurrence, under which the memory bus idles
+            be.linear_follows();
             be.gdn_core_ba(in[0], x, *ba, w.A_log, w.dt_bias, st.recurrent_state, in[1], !fused, w.norm, c.norm_eps,
                            c.n_k_heads, normed);
             w.out->forward(be, normed, out);

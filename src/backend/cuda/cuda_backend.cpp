@@ -694,6 +694,8 @@ void CudaBackend::gated_attention_core(const Tensor& qg, Tensor& k, const Tensor
                                        float scale, Tensor& out) {
     if (k_cache.ndim != 3 || k_cache.dim(2) == 0) throw Error("cuda gated_attention_core: k_cache must be [max_ctx, Hkv, D]");
     const int64_t T = qg.rows(), D = k_cache.dim(2);
+    // The hint (model: o_proj follows) is taken on every path; decode lets o_proj launch ahead of the merge.
+    const bool ahead = take_linear_follows() && cuda::pdl_ahead_mixer_enabled();
     if (T == 0) return;
     if (n_past < 0 || n_past + T > k_cache.dim(0))
         throw Error("cuda gated_attention_core: KV cache overflow (n_past " + std::to_string(n_past) + " + T " +
@@ -735,10 +737,10 @@ void CudaBackend::gated_attention_core(const Tensor& qg, Tensor& k, const Tensor
     // its length) is read from positions[t] on the device: no per-step slot.
     cuda::KeyHasher pf_key;
     const cuda::L2Prefetch pf = take_l2_prefetch(pf_key);  // o_proj's weight, asked of L2 by the prep kernel
-    key.add(pf_key.h);
+    key.add(pf_key.h).add(static_cast<uint64_t>(ahead));
     rec("gattn_decode", key.h, [=](cudaStream_t s) mutable {
-        cuda::gated_attention_decode(qg, k, v, q_norm, k_norm, eps, positions, rope_p, kc, vc, scale, q_ws, ws, wsb, o, s,
-                                     &pf);
+        cuda::gated_attention_decode(qg, k, v, q_norm, k_norm, eps, positions, rope_p, kc, vc, scale, q_ws,
+                                     ws, wsb, o, s, &pf, ahead);
     });
 }
 
@@ -836,11 +838,28 @@ void CudaBackend::gdn_core_ba(const Tensor& conv, const Tensor& x, const Tensor&
     Tensor st = state, o = out;
     cuda::KeyHasher pf_key;
     const cuda::L2Prefetch pf = take_l2_prefetch(pf_key);
-    rec("gdn_core", cuda::KeyHasher().add(OP_GDN_CORE).add(conv).add(x).add(ba_w).add(A_log).add(dt_bias).add(st)
-                        .add(z).add(static_cast<uint64_t>(z_prior)).add(norm_w).addf(eps)
-                        .add(static_cast<uint64_t>(n_k_heads)).add(o).add(pf_key.h).h,
+    const bool ahead = take_linear_follows() && cuda::pdl_ahead_mixer_enabled();
+    rec("gdn_core",
+        cuda::KeyHasher()
+            .add(OP_GDN_CORE)
+            .add(conv)
+            .add(x)
+            .add(ba_w)
+            .add(A_log)
+            .add(dt_bias)
+            .add(st)
+            .add(z)
+            .add(static_cast<uint64_t>(z_prior))
+            .add(norm_w)
+            .addf(eps)
+            .add(static_cast<uint64_t>(n_k_heads))
+            .add(o)
+            .add(pf_key.h)
+            .add(static_cast<uint64_t>(ahead))
+            .h,
         [=](cudaStream_t s) mutable {
-            cuda::gdn_step_fused_ba(conv, x, ba_w, A_log, dt_bias, st, z, z_prior, norm_w, eps, n_k_heads, o, s, &pf);
+            cuda::gdn_step_fused_ba(conv, x, ba_w, A_log, dt_bias, st, z, z_prior, norm_w, eps, n_k_heads, o,
+                                    s, &pf, ahead);
         });
 }
 

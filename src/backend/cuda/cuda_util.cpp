@@ -51,4 +51,12 @@ bool pdl_ahead_enabled() {
     return on;
 }
 
+bool pdl_ahead_mixer_enabled() {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_PDL_AHEAD_MIXER");
+        return pdl_ahead_enabled() && !(e && e[0] == '0');
+    }();
+    return on;
+}
+
 }  // namespace grimoire::cuda

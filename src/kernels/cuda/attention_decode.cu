@@ -45,6 +45,8 @@ struct DecodeParams {
     // prep), so rows before the first token's position may be read before the programmatic-launch wait.
     int prewait;
     int min_keys;  // rows per split at least (num_splits): kMinKeysPerSplit, or the tensor-core walk's own
+    int ahead;     // the merge lets its dependent (o_proj) launch before its own wait (common.cuh
+                   // pdl_enter_ahead)
 };
 
 template <int EPL>
@@ -253,7 +255,7 @@ static __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(
     const int ns = splits_for(p, current_len(p));
     float gv = 0.0f;
     if (p.gate && tid < D) gv = ld(p.gate, p.gate_dt, (tok * p.Hq + h) * p.gate_stride + tid);
-    pdl_enter();  // launched through launch_pdl (common.cuh)
+    pdl_enter_ahead(p.ahead);  // launched through launch_pdl (common.cuh)
     const float* ws_acc = p.ws + (h * kMaxSplits + slot0) * D;
     const float* ws_ml = p.ws + p.Hq * kMaxSplits * D + (h * kMaxSplits + slot0) * 2;
     const int groups = static_cast<int>(kCombineThreads / D);
@@ -714,13 +716,47 @@ static void launch_decode_typed(DecodeParams p, cudaStream_t s) {
     check_launch("attention decode combine");
 }
 
-void launch_decode(const void* q, int q_dt, const void* k_cache, const void* v_cache, int kv_dt, const Geometry& g,
-                   int64_t n_past, const int* n_past_dev, float scale, float* ws, void* out, int o_dt,
-                   cudaStream_t s, const void* gate, int gate_dt, int64_t gate_stride) {
+void launch_decode(const void* q,
+                   int q_dt,
+                   const void* k_cache,
+                   const void* v_cache,
+                   int kv_dt,
+                   const Geometry& g,
+                   int64_t n_past,
+                   const int* n_past_dev,
+                   float scale,
+                   float* ws,
+                   void* out,
+                   int o_dt,
+                   cudaStream_t s,
+                   const void* gate,
+                   int gate_dt,
+                   int64_t gate_stride,
+                   bool ahead) {
     if (g.T < 1 || g.T > kMaxDecodeTokens) throw Error("cuda attention: decode takes 1..8 tokens");
-    DecodeParams p{q, k_cache, v_cache, ws, out, q_dt, o_dt, static_cast<int>(g.Hq / g.Hkv), g.Hq, g.Hkv, g.D,
-                   n_past, n_past_dev, scale, gate, gate_dt, gate_stride, static_cast<int>(kMaxSplits / g.T),
-                   static_cast<int>(g.T), 1, 0, kMinKeysPerSplit};
+    DecodeParams p{q,
+                   k_cache,
+                   v_cache,
+                   ws,
+                   out,
+                   q_dt,
+                   o_dt,
+                   static_cast<int>(g.Hq / g.Hkv),
+                   g.Hq,
+                   g.Hkv,
+                   g.D,
+                   n_past,
+                   n_past_dev,
+                   scale,
+                   gate,
+                   gate_dt,
+                   gate_stride,
+                   static_cast<int>(kMaxSplits / g.T),
+                   static_cast<int>(g.T),
+                   1,
+                   0,
+                   kMinKeysPerSplit,
+                   ahead ? 1 : 0};
     // Gated attention: the prep kernel launched just before wrote this step's cache rows (fused_gated_attention.cu).
     p.prewait = gate != nullptr && prewait_enabled() ? 1 : 0;
     if (kv_dt == kBF16) launch_decode_typed<__nv_bfloat16>(p, s);

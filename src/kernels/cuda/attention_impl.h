@@ -30,9 +30,23 @@ struct Geometry {
 // without n_past_dev). kv_dt/q_dt/o_dt are the dtype codes of common.cuh. `ws` holds Hq * kMaxSplits * (D + 2) floats.
 // With `gate` (Backend::gated_attention_core) the merge multiplies head h's output by sigmoid(gate[h *
 // gate_stride + d]) after rounding it to o_dt, as a separate mul_sigmoid would.
-void launch_decode(const void* q, int q_dt, const void* k_cache, const void* v_cache, int kv_dt, const Geometry& g,
-                   int64_t n_past, const int* n_past_dev, float scale, float* ws, void* out, int o_dt,
-                   cudaStream_t s, const void* gate = nullptr, int gate_dt = 0, int64_t gate_stride = 0);
+void launch_decode(const void* q,
+                   int q_dt,
+                   const void* k_cache,
+                   const void* v_cache,
+                   int kv_dt,
+                   const Geometry& g,
+                   int64_t n_past,
+                   const int* n_past_dev,
+                   float scale,
+                   float* ws,
+                   void* out,
+                   int o_dt,
+                   cudaStream_t s,
+                   const void* gate = nullptr,
+                   int gate_dt = 0,
+                   int64_t gate_stride = 0,
+                   bool ahead = false);
 void launch_prefill(const void* q, int q_dt, const void* k_cache, const void* v_cache, int kv_dt,
                     const Geometry& g, int64_t n_past, const int* n_past_dev, float scale, void* out, int o_dt,
                     cudaStream_t s);

@@ -239,10 +239,24 @@ void launch_prep(const PrepArgs& a, int64_t T, cudaStream_t s) {
 }
 }  // namespace
 
-void gated_attention_decode(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
-                            const Tensor& k_norm, float eps, const Tensor& positions, const RopeParams& rope,
-                            Tensor& k_cache, Tensor& v_cache, float scale, Tensor& q_ws, void* ws, size_t ws_bytes,
-                            Tensor& out, cudaStream_t s, const L2Prefetch* pf) {
+void gated_attention_decode(const Tensor& qg,
+                            const Tensor& k,
+                            const Tensor& v,
+                            const Tensor& q_norm,
+                            const Tensor& k_norm,
+                            float eps,
+                            const Tensor& positions,
+                            const RopeParams& rope,
+                            Tensor& k_cache,
+                            Tensor& v_cache,
+                            float scale,
+                            Tensor& q_ws,
+                            void* ws,
+                            size_t ws_bytes,
+                            Tensor& out,
+                            cudaStream_t s,
+                            const L2Prefetch* pf,
+                            bool ahead) {
     const int64_t T = qg.rows();
     if (T < 1 || T > attn::kMaxDecodeTokens) throw Error("cuda gated_attention_core: decode takes 1..8 tokens");
     PrepArgs a = prep_args(qg, k, v, q_norm, k_norm, eps, positions, rope, k_cache, v_cache, q_ws, out);
@@ -252,9 +266,9 @@ void gated_attention_decode(const Tensor& qg, const Tensor& k, const Tensor& v, 
     // The query's gate half starts D elements into qg's head rows of 2D.
     const void* gate = static_cast<const char*>(qg.data) + a.D * static_cast<int64_t>(dtype_size(qg.dtype));
     attn::Geometry g{T, a.Hq, a.Hkv, a.D, k_cache.dim(0)};
-    attn::launch_decode(q_ws.data, a.qdt, k_cache.data, v_cache.data, a.cdt, g, 0, positions.ptr<int32_t>(), scale,
-                        static_cast<float*>(ws), out.data, dt_code(out.dtype, "gated_attention_core", "out"), s, gate,
-                        a.qgdt, 2 * a.D);
+    attn::launch_decode(q_ws.data, a.qdt, k_cache.data, v_cache.data, a.cdt, g, 0, positions.ptr<int32_t>(),
+                        scale, static_cast<float*>(ws), out.data,
+                        dt_code(out.dtype, "gated_attention_core", "out"), s, gate, a.qgdt, 2 * a.D, ahead);
 }
 
 void gated_attention_prefill(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,

@@ -54,6 +54,7 @@ struct StepArgs {
     int prewait;  // split kernel: z, the norm weight and (one token) b | a in one round before the wait
     int zlate;    // z was written by this kernel's predecessor (gdn_step_fused_ba z_prior false): after the wait
     L2Prefetch pf;  // the next projection's weights, asked of L2 after the wait (l2_prefetch.h)
+    int ahead;      // split kernel: its dependent (out_proj) may launch before its wait (pdl_enter_ahead)
 };
 }  // namespace
 
@@ -365,7 +366,7 @@ static __global__ void __launch_bounds__(kRowGroups * kSplitCols) gdn_step_split
         }
     }
     float wcol = p.prewait && c0 + lane < dv ? ld(p.w, p.wdt, c0 + lane) : 0.0f;
-    pdl_enter();  // launched through launch_gdn_split (programmatic + cluster attributes)
+    pdl_enter_ahead(p.ahead);  // launched through launch_gdn_split (programmatic + cluster attributes)
     l2_prefetch_share(p.pf, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
     if (!p.prewait && c0 + lane < dv) wcol = ld(p.w, p.wdt, c0 + lane);
     for (int64_t t0 = 0; t0 < p.T; t0 += kTile) {
@@ -512,9 +513,21 @@ bool gdn_step_ba_ok(int64_t T, int64_t dv, const Tensor& ba_w) {
            ba_w.dim(1) % 8 == 0 && (reinterpret_cast<uintptr_t>(ba_w.data) & 15) == 0;
 }
 
-void gdn_step_fused_ba(const Tensor& conv, const Tensor& x, const Tensor& ba_w, const Tensor& A_log,
-                       const Tensor& dt_bias, Tensor& state, const Tensor& z, bool z_prior, const Tensor& norm_w,
-                       float eps, int64_t n_k_heads, Tensor& out, cudaStream_t s, const L2Prefetch* pf) {
+void gdn_step_fused_ba(const Tensor& conv,
+                       const Tensor& x,
+                       const Tensor& ba_w,
+                       const Tensor& A_log,
+                       const Tensor& dt_bias,
+                       Tensor& state,
+                       const Tensor& z,
+                       bool z_prior,
+                       const Tensor& norm_w,
+                       float eps,
+                       int64_t n_k_heads,
+                       Tensor& out,
+                       cudaStream_t s,
+                       const L2Prefetch* pf,
+                       bool ahead) {
     StepArgs p = step_args(conv, A_log, dt_bias, state, z, norm_w, eps, n_k_heads, out);
     p.zlate = z_prior ? 0 : 1;
     if (pf) p.pf = *pf;
@@ -524,6 +537,7 @@ void gdn_step_fused_ba(const Tensor& conv, const Tensor& x, const Tensor& ba_w, 
                     "1..8 tokens on Hopper");
     p.x = x.data;
     p.ba = ba_w.data;
+    p.ahead = ahead ? 1 : 0;
     p.H = x.cols();
     launch_gdn_split(p, s);
     check_launch("gdn_core step (b | a folded in)");

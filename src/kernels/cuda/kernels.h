@@ -70,7 +70,9 @@ void gemv_split(const Tensor& x, const Tensor& w, const Tensor* outs, int n_outs
 void check_launch(const char* op);  // throws Error naming the op when the last launch failed
 bool pdl_enabled();        // launch_pdl sets the programmatic-launch attribute (sm_90+, GRIMOIRE_PDL != 0)
 bool pdl_ahead_enabled();  // Backend::linear_follows may let a projection launch ahead (common.cuh
-                           // pdl_enter_ahead)
+                           // pdl_enter_ahead) of an add + RMSNorm
+bool pdl_ahead_mixer_enabled();  // ... and of the mixer's last kernel: out_proj, o_proj
+                                 // (GRIMOIRE_PDL_AHEAD_MIXER)
 
 // Token selection on the device. logits [R, V] (F32/BF16) -> out [R] I32.
 void argmax(const Tensor& logits, Tensor& out, cudaStream_t s);
@@ -91,11 +93,26 @@ void add_rmsnorm(Tensor& x, const Tensor& y, const Tensor& w, float eps, NormKin
 constexpr int64_t kAttnDecodeMaxT = 8;
 // Backend::gated_attention_core for T <= kAttnDecodeMaxT tokens (decode, a verify step): qg [T, Hq * 2D],
 // k, v [T, Hkv * D]; token t's position (and cache row) is positions[t] on the device. q_ws [T, Hq, D] act
-// scratch; ws / ws_bytes as for attention() (the tokens share its split slots).
-void gated_attention_decode(const Tensor& qg, const Tensor& k, const Tensor& v, const Tensor& q_norm,
-                            const Tensor& k_norm, float eps, const Tensor& positions, const RopeParams& rope,
-                            Tensor& k_cache, Tensor& v_cache, float scale, Tensor& q_ws, void* ws, size_t ws_bytes,
-                            Tensor& out, cudaStream_t s, const L2Prefetch* pf = nullptr);
+// scratch; ws / ws_bytes as for attention() (the tokens share its split slots). ahead: the merge kernel lets
+// its dependent (o_proj, which reads only weights before its wait) launch before its own wait.
+void gated_attention_decode(const Tensor& qg,
+                            const Tensor& k,
+                            const Tensor& v,
+                            const Tensor& q_norm,
+                            const Tensor& k_norm,
+                            float eps,
+                            const Tensor& positions,
+                            const RopeParams& rope,
+                            Tensor& k_cache,
+                            Tensor& v_cache,
+                            float scale,
+                            Tensor& q_ws,
+                            void* ws,
+                            size_t ws_bytes,
+                            Tensor& out,
+                            cudaStream_t s,
+                            const L2Prefetch* pf = nullptr,
+                            bool ahead = false);
 // Backend::gated_attention_core for a prompt of T tokens (cache rows positions[t] = n_past + t; n_past from
 // n_past_dev when given): prep (split, norms, RoPE, cache append), flash prefill, sigmoid gate read in place
 // from qg. q_ws [T, Hq, D] act scratch. Row strides (0: dense) let qg and k, v be read in place from wider
@@ -114,9 +131,22 @@ void gdn_step_fused(const Tensor& conv, const Tensor& a, const Tensor& b, const 
 // The same with b, a [T, Hv] computed in the kernel as x [T, H] @ ba_w^T (ba_w [2 Hv, H]: b's rows, then a's;
 // BF16, H a multiple of 8), rounded to x's dtype (Backend::gdn_core_ba). Only where gdn_step_ba_ok says so.
 // z_prior: z's writer ran before this kernel's predecessor, so z may be read before the programmatic wait.
+// ahead: the dependent (out_proj) may launch before this kernel's wait.
 bool gdn_step_ba_ok(int64_t T, int64_t dv, const Tensor& ba_w);
-void gdn_step_fused_ba(const Tensor& conv, const Tensor& x, const Tensor& ba_w, const Tensor& A_log,
-                       const Tensor& dt_bias, Tensor& state, const Tensor& z, bool z_prior, const Tensor& norm_w,
-                       float eps, int64_t n_k_heads, Tensor& out, cudaStream_t s, const L2Prefetch* pf = nullptr);
+void gdn_step_fused_ba(const Tensor& conv,
+                       const Tensor& x,
+                       const Tensor& ba_w,
+                       const Tensor& A_log,
+                       const Tensor& dt_bias,
+                       Tensor& state,
+                       const Tensor& z,
+                       bool z_prior,
+                       const Tensor& norm_w,
+                       float eps,
+                       int64_t n_k_heads,
+                       Tensor& out,
+                       cudaStream_t s,
+                       const L2Prefetch* pf = nullptr,
+                       bool ahead = false);
 
 }  // namespace grimoire::cuda
