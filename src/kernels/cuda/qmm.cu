@@ -231,12 +231,29 @@ bool qmv_acs(const qmm::Args& a, bool fp8, bool asym) {
     return on && qmv_launch_smem(a, fp8, asym) <= qmm::qmv_max_dyn_smem(qmm::kQmvAccSmem);
 }
 
-// INT4 at 9..16 rows (launch_qmv_ssz's forms, and the glu parts'): see there and qmv_acs.
+// INT4 at 9..16 rows on weights of fewer than 4 n-tiles per SM (down, o_proj: 320): one-tile blocks at depth
+// 2, three per SM, twice the blocks of the two-tile form at two per SM. bench_qmv_variants, sixteen rows, us,
+// `ssm_ntb1_d2` / the two-tile library form: H100 (session 34's two passes) o_proj 9.60, 9.79 / 10.21, 10.34,
+// down 23.88, 24.10 / 24.14, 24.17; H200 (sessions 19-20, three calls) down 24.35, 24.82, 24.13
+// / 24.65, 25.00, 24.53, o_proj 9.93, 10.03, 9.83 / 9.87, 9.95, 10.01. The same bits (the block's sums are
+// per n-tile). Not for glu parts, whose blocks pair two tiles. GRIMOIRE_QMV_M16_ONE=0 keeps the two-tile form
+// (the A/B).
+bool qmv_m16_one() {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_QMV_M16_ONE");
+        return !(e && e[0] == '0');
+    }();
+    return on;
+}
+
+// INT4 at 9..16 rows (launch_qmv_ssz's forms, and the glu parts' with one_ok false): see there, qmv_acs and
+// qmv_m16_one.
 template <bool ASYM, int SSZ>
-void launch_qmv_int4_m16(qmm::Args& a, bool two, bool wide, cudaStream_t s) {
+void launch_qmv_int4_m16(qmm::Args& a, bool two, bool wide, bool one_ok, cudaStream_t s) {
     if (two && !wide) return launch_qmv_m<false, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
     if (wide && qmv_acs(a, false, ASYM))
         return launch_qmv_m<false, ASYM, SSZ, 2, 3, 3, true, 16, qmm::kQmvAccSmem>(a, s);
+    if (!two && one_ok && qmv_m16_one()) return launch_qmv_m<false, ASYM, SSZ, 1, 2, 3, true, 16>(a, s);
     launch_qmv_m<false, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
 }
 
@@ -293,7 +310,7 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         // blocks (session 9, sixteen rows, same call: gate_up 36.2 / 40.1 us, lm_head 238 / 257; q_gate 15.6
         // / 14.1, gdn_qkv 14.2 / 14.0).
         if constexpr (!FP8) {
-            return launch_qmv_int4_m16<ASYM, SSZ>(a, two, wide, s);
+            return launch_qmv_int4_m16<ASYM, SSZ>(a, two, wide, true, s);
         } else {
             // Also tried (session 25, us at 16 rows, this form / one tile at depth 2 four per SM / two tiles at depth
             // 2 two per SM): gate_up 61.2 / 63.3 / 71.6, down 34.9 / 47.4 / 49.3, o_proj 13.4 / 18.0 / 18.7.
@@ -345,7 +362,7 @@ void launch_qmv_glu(qmm::Args& a, cudaStream_t s) {
             if (wide) return launch_qmv_row<ASYM, SSZ, 2, 2, 3, qmm::kQmvBlockStage>(a, s);
             return launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
         }
-        if (a.M > 8) return launch_qmv_int4_m16<ASYM, SSZ>(a, two, wide, s);
+        if (a.M > 8) return launch_qmv_int4_m16<ASYM, SSZ>(a, two, wide, false, s);
     } else {
         if (a.M > 8 || a.ldx % 64 != 0) throw Error("cuda qmm_fp8: glu parts for more than 8 rows or unaligned x");
     }
