@@ -200,8 +200,9 @@ void launch_qmv_row(qmm::Args& a, cudaStream_t s) {
 // Session 10 (quant_qmv.cuh's warp-local scale staging, same call): it took one row's down 18.8 -> 17.0 us,
 // q_gate 12.5 -> 10.8, gdn_qkv 10.9 -> 10.1, o_proj 8.8 -> 7.8, but gate_up 28.3 -> 29.0 and lm_head 164.6 ->
 // 175.1, so one-row weights of at least 8 n-tiles per SM keep the block-wide staging; at 4 and 16 rows it
-// was faster on every shape. At 9..16 rows the 320-n-tile weights take the two-tile blocks at two per SM too
-// (o_proj 10.4 -> 9.5 us, down 24.0 / 24.3).
+// was faster on every shape. At 9..16 rows the 320-n-tile weights took the two-tile blocks at two per SM too
+// (o_proj 10.4 -> 9.5 us against one-tile blocks at depth 4, down 24.0 / 24.3); since session 35 they take
+// one-tile blocks at depth 2 (qmv_m16_one).
 // Session 17's one-row blocks for weights of 4 to 8 n-tiles per SM (launch_qmv_ssz); GRIMOIRE_QMV_MID=0 keeps
 // the 2..16-row form there (the A/B).
 bool qmv_mid() {
