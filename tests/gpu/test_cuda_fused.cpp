@@ -353,5 +353,102 @@ TEST(CudaFused, L2PrefetchHintsLeaveResultsAlone) {
     EXPECT_EQ(gpu.l2_prefetch_taken(), before);
 }
 
+// The launch-ahead hint (Backend::linear_follows) before the mixers' cores changes nothing but timing: the
+// one-token DeltaNet step (b | a folded) and the gated attention decode, each followed by the projection that
+// reads its output, give the same bits with the hint as without (their last kernel then lets the projection
+// launch before its own wait). Each form runs four times from the same inputs in the same buffers: directly,
+// directly again, captured and replayed, so the hinted launches are also checked inside a graph.
+TEST(CudaFused, LaunchAheadHintLeavesMixerResultsAlone) {
+    GRIMOIRE_REQUIRE_GPU();
+    CudaBackend gpu(0, DType::BF16);
+    const uint32_t seed0 = std::random_device{}();
+    std::printf("seed %u\n", seed0);
+    auto r = [&](int64_t n, uint32_t k, float lo, float hi) {
+        return rand_bf16(static_cast<size_t>(n), seed0 + k, lo, hi);
+    };
+    auto to_bf16 = [](const std::vector<float>& v) {
+        std::vector<uint16_t> h(v.size());
+        for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+        return h;
+    };
+    const int64_t H = 1032, Hk = 2, Hv = 6, dk = 128, dv = 128, C = 2 * Hk * dk + Hv * dv;
+    Tensor probe_ba = gpu.alloc_persistent(DType::BF16, {2 * Hv, H});
+    if (gpu.fuses_gdn_ba(1, probe_ba)) {
+        const auto st0 = r(Hv * dk * dv, 1, -0.5f, 0.5f);
+        Tensor conv = put(gpu, r(C, 2, -2, 2), DType::BF16, {1, C}),
+               x = put(gpu, r(H, 3, -3, 3), DType::BF16, {1, H});
+        Tensor ba = put(gpu, r(2 * Hv * H, 4, -0.05f, 0.05f), DType::BF16, {2 * Hv, H});
+        Tensor A = put(gpu, r(Hv, 5, -1, 1), DType::F32, {Hv}),
+               dtb = put(gpu, r(Hv, 6, -1, 1), DType::F32, {Hv});
+        Tensor z = put(gpu, r(Hv * dv, 7, -4, 4), DType::BF16, {1, Hv * dv});
+        Tensor nw = put(gpu, r(dv, 8, 0.5f, 1.5f), DType::F32, {dv});
+        Tensor wout = put(gpu, r(H * Hv * dv, 9, -0.05f, 0.05f), DType::BF16, {H, Hv * dv});  // out_proj
+        Tensor st = gpu.alloc_persistent(DType::F32, {Hv, dk, dv});
+        Tensor o = gpu.alloc_persistent(DType::BF16, {1, Hv * dv}),
+               y = gpu.alloc_persistent(DType::BF16, {1, H});
+        std::vector<float> out[2], proj[2], state[2];
+        for (int hinted = 0; hinted < 2; ++hinted) {
+            for (int rep = 0; rep < 4; ++rep) {
+                gpu.reset_scratch();  // the same scratch addresses every run, so the step repeats
+                gpu.from_host(st, st0.data());
+                if (hinted) gpu.linear_follows();
+                gpu.gdn_core_ba(conv, x, ba, A, dtb, st, z, true, nw, 1e-6f, Hk, o);
+                gpu.matmul(o, wout, y);
+                const auto got_o = get(gpu, o), got_y = get(gpu, y), got_s = get(gpu, st);
+                if (rep == 0) {
+                    out[hinted] = got_o, proj[hinted] = got_y, state[hinted] = got_s;
+                } else {
+                    EXPECT_EQ(0, std::memcmp(got_y.data(), proj[hinted].data(), got_y.size() * 4))
+                        << "DeltaNet step + out_proj, run " << rep << (hinted ? " hinted" : "");
+                }
+            }
+        }
+        EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4)) << "gdn_core_ba output";
+        EXPECT_EQ(0, std::memcmp(proj[0].data(), proj[1].data(), proj[0].size() * 4)) << "out_proj output";
+        EXPECT_EQ(0, std::memcmp(state[0].data(), state[1].data(), state[0].size() * 4))
+            << "gdn_core_ba state";
+    }
+
+    // The gated attention decode, 27B heads at n_past 100, then o_proj.
+    const int64_t Hq = 24, Hkv = 4, D = 256, n_past = 100, max_ctx = 128, Ho = 640;
+    RopeParams rp;
+    rp.rot_dim = 64;
+    rp.neox = true;
+    for (int i = 0; i < 32; ++i) rp.inv_freq.push_back(std::pow(10000.0f, -static_cast<float>(i) / 32.0f));
+    const auto kc0 = to_bf16(r(max_ctx * Hkv * D, 21, -2, 2)), vc0 = to_bf16(r(max_ctx * Hkv * D, 22, -1, 1));
+    Tensor qg = put(gpu, r(Hq * 2 * D, 24, -2, 2), DType::BF16, {1, Hq * 2 * D});
+    Tensor k = put(gpu, r(Hkv * D, 23, -2, 2), DType::BF16, {1, Hkv * D});
+    Tensor v = put(gpu, r(Hkv * D, 25, -1, 1), DType::BF16, {1, Hkv * D});
+    Tensor qw = put(gpu, r(D, 26, -0.5f, 0.5f), DType::F32, {D}),
+           kw = put(gpu, r(D, 27, -0.5f, 0.5f), DType::F32, {D});
+    Tensor wo = put(gpu, r(Ho * Hq * D, 28, -0.05f, 0.05f), DType::BF16, {Ho, Hq * D});  // o_proj
+    Tensor pos = positions(gpu, n_past, 1);
+    Tensor kc = gpu.alloc_persistent(DType::BF16, {max_ctx, Hkv, D}),
+           vc = gpu.alloc_persistent(DType::BF16, {max_ctx, Hkv, D});
+    Tensor o = gpu.alloc_persistent(DType::BF16, {1, Hq * D}), y = gpu.alloc_persistent(DType::BF16, {1, Ho});
+    std::vector<float> out[2], proj[2], kcache[2];
+    for (int hinted = 0; hinted < 2; ++hinted) {
+        for (int rep = 0; rep < 4; ++rep) {
+            gpu.reset_scratch();
+            gpu.from_host(kc, kc0.data());
+            gpu.from_host(vc, vc0.data());
+            if (hinted) gpu.linear_follows();
+            gpu.gated_attention_core(qg, k, v, qw, kw, 1e-6f, pos, rp, kc, vc, n_past, 1.0f / 16.0f, o);
+            gpu.matmul(o, wo, y);
+            const auto got_o = get(gpu, o), got_y = get(gpu, y), got_k = get(gpu, kc);
+            if (rep == 0) {
+                out[hinted] = got_o, proj[hinted] = got_y, kcache[hinted] = got_k;
+            } else {
+                EXPECT_EQ(0, std::memcmp(got_y.data(), proj[hinted].data(), got_y.size() * 4))
+                    << "gated attention + o_proj, run " << rep << (hinted ? " hinted" : "");
+            }
+        }
+    }
+    EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4)) << "gated attention output";
+    EXPECT_EQ(0, std::memcmp(proj[0].data(), proj[1].data(), proj[0].size() * 4)) << "o_proj output";
+    EXPECT_EQ(0, std::memcmp(kcache[0].data(), kcache[1].data(), kcache[0].size() * 4)) << "k cache";
+    EXPECT_GE(gpu.graph_stats().replays, 2);
+}
+
 }  // namespace
 }  // namespace grimoire
