@@ -839,28 +839,14 @@ void CudaBackend::gdn_core_ba(const Tensor& conv, const Tensor& x, const Tensor&
     cuda::KeyHasher pf_key;
     const cuda::L2Prefetch pf = take_l2_prefetch(pf_key);
     const bool ahead = take_linear_follows() && cuda::pdl_ahead_mixer_enabled();
-    rec("gdn_core",
-        cuda::KeyHasher()
-            .add(OP_GDN_CORE)
-            .add(conv)
-            .add(x)
-            .add(ba_w)
-            .add(A_log)
-            .add(dt_bias)
-            .add(st)
-            .add(z)
-            .add(static_cast<uint64_t>(z_prior))
-            .add(norm_w)
-            .addf(eps)
-            .add(static_cast<uint64_t>(n_k_heads))
-            .add(o)
-            .add(pf_key.h)
-            .add(static_cast<uint64_t>(ahead))
-            .h,
-        [=](cudaStream_t s) mutable {
-            cuda::gdn_step_fused_ba(conv, x, ba_w, A_log, dt_bias, st, z, z_prior, norm_w, eps, n_k_heads, o,
-                                    s, &pf, ahead);
-        });
+    cuda::KeyHasher key;
+    key.add(OP_GDN_CORE).add(conv).add(x).add(ba_w).add(A_log).add(dt_bias).add(st).add(z);
+    key.add(static_cast<uint64_t>(z_prior)).add(norm_w).addf(eps).add(static_cast<uint64_t>(n_k_heads));
+    key.add(o).add(pf_key.h).add(static_cast<uint64_t>(ahead));
+    rec("gdn_core", key.h, [=](cudaStream_t s) mutable {
+        cuda::gdn_step_fused_ba(conv, x, ba_w, A_log, dt_bias, st, z, z_prior, norm_w, eps, n_k_heads, o, s,
+                                &pf, ahead);
+    });
 }
 
 void CudaBackend::l2_prefetch(const void* data, size_t bytes) {
