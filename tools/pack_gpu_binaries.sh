@@ -8,7 +8,8 @@
 #
 #   tools/pack_gpu_binaries.sh [BUILD_DIR]      # default build/cuda-dev (cmake --preset cuda -B build/cuda-dev
 #                                               #   -DCMAKE_CUDA_ARCHITECTURES=90-real -DGRIMOIRE_WERROR=ON)
-# On the device: cd carry && tar xJf pk.tar.xz && LD_LIBRARY_PATH=$PWD:$LD_LIBRARY_PATH ./test_cuda_model ...
+# On the device: GRIMOIRE_CHECK=tests bash tools/run_packed.sh (gpu_check's sections over the pack), or by hand:
+# cd carry && tar xJf pk.tar.xz && LD_LIBRARY_PATH=$PWD:$LD_LIBRARY_PATH ./test_cuda_model ...
 # (the tests find the fixtures through the source path compiled in: `ln -sfn "$PWD/.." /work/main` there first).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,6 +2,7 @@
 # Packs the named CUDA binaries into carry/pk.tar.xz for the device tool (pack_gpu_binaries.sh: all of them; the
 # carry limit with the tracked tree is tight, so a call often takes only what it runs):
 #   tools/pack_some.sh BUILD_DIR NAME...   (NAME: a binary of BUILD_DIR or of BUILD_DIR/tests)
+# On the device tools/run_packed.sh unpacks it and runs tools/gpu_check.sh's sections over it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$1; shift
