@@ -181,9 +181,9 @@ public:
     // GPU backend may let its kernels start ahead of add_rmsnorm's own wait (CudaBackend: programmatic
     // launch, common.cuh pdl_enter_ahead) and fetch weights while add_rmsnorm's predecessor, the previous
     // projection, finishes. Results are unchanged. The model also gives it before gdn_core_ba and
-    // gated_attention_core, whose last kernels then let out_proj / o_proj launch ahead (session 35, H100:
-    // INT4 step -0.2%, FP8 unchanged; in session 17 the same before out_proj, o_proj and down had made FP8 3%
-    // slower).
+    // gated_attention_core, whose last kernels then let out_proj / o_proj launch ahead (session 35, H100,
+    // three alternated rounds: plain step INT4 -0.4%, FP8 -0.35%; in session 17 the same before out_proj,
+    // o_proj and down had made FP8 3% slower).
     void linear_follows() { linear_follows_ = true; }
 
 protected:
