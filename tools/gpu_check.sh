@@ -48,7 +48,7 @@ COMMIT=${GRIMOIRE_COMMIT:-$(cat "$BUILD/COMMIT" 2>/dev/null || git rev-parse --s
 
 status=0
 # GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, chain, bf16, quant, variants, w8a8, e2e,
-# clocks), default all.
+# ablation, clocks), default all.
 # A device command is limited in time: the sections can be split over calls.
 want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
 if want tests; then
@@ -172,6 +172,28 @@ if want e2e; then
         name=$([ "$q" = gptq ] && echo int4 || echo fp8)
         timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights --quant "$q" --commit "$COMMIT" \
             --verify-detail --out "$OUT/qwen35_27b_$name.json" || status=1
+    done
+fi
+if want ablation; then
+    # Where the 27B decode step goes (session 18's method; results wrong by design, the timing of what is left):
+    # the step without logits with every op, only the quantized linears (and what feeds them), and without each
+    # of the other op families in turn. One JSON a run, ablation_<format>_<tag>.json (step1_nologits_run_ms).
+    echo "== 27B decode step ablation (GRIMOIRE_KEEP_OPS / GRIMOIRE_SKIP_OPS)"
+    for q in gptq fp8; do
+        name=$([ "$q" = gptq ] && echo int4 || echo fp8)
+        for spec in all: linears:KEEP=quant,zero,h2d,embed noquant:SKIP=quant nogdn:SKIP=gdn_core \
+            nogattn:SKIP=gattn_decode noaddrms:SKIP=add_rms all2:; do
+            tag=${spec%%:*} rule=${spec#*:} envs=()
+            case $rule in
+                KEEP=*) envs=("GRIMOIRE_KEEP_OPS=${rule#KEEP=}") ;;
+                SKIP=*) envs=("GRIMOIRE_SKIP_OPS=${rule#SKIP=}") ;;
+            esac
+            env "${envs[@]}" timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
+                --quant "$q" --prefill-tokens 512 --decode-steps 16 --contexts 512 --commit "$COMMIT" \
+                --out "$OUT/ablation_${name}_$tag.json" > "$OUT/ablation_${name}_$tag.log" 2>&1 || status=1
+            python3 -c "import json,sys; m=json.load(open(sys.argv[1]))['metrics']; print(sys.argv[2], m.get('step1_nologits_run_ms'))" \
+                "$OUT/ablation_${name}_$tag.json" "${name}_$tag" 2>/dev/null || echo "${name}_$tag: no figure"
+        done
     done
 fi
 if want clocks; then
