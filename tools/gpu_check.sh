@@ -177,8 +177,10 @@ fi
 if want ablation; then
     # Where the 27B decode step goes (session 18's method; results wrong by design, the timing of what is left):
     # the step without logits with every op, only the quantized linears (and what feeds them), and without each
-    # of the other op families in turn. One JSON a run, ablation_<format>_<tag>.json (step1_nologits_run_ms).
+    # of the other op families in turn, INT4 and FP8. One record, $OUT/decode_step_ablation.json
+    # (<format>_step1_nologits_run_ms_<tag>), the runs' own JSON and output in a scratch folder.
     echo "== 27B decode step ablation (GRIMOIRE_KEEP_OPS / GRIMOIRE_SKIP_OPS)"
+    abl=$(mktemp -d)
     for q in gptq fp8; do
         name=$([ "$q" = gptq ] && echo int4 || echo fp8)
         for spec in all: linears:KEEP=quant,zero,h2d,embed noquant:SKIP=quant nogdn:SKIP=gdn_core \
@@ -190,11 +192,37 @@ if want ablation; then
             esac
             env "${envs[@]}" timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
                 --quant "$q" --prefill-tokens 512 --decode-steps 16 --contexts 512 --commit "$COMMIT" \
-                --out "$OUT/ablation_${name}_$tag.json" > "$OUT/ablation_${name}_$tag.log" 2>&1 || status=1
-            python3 -c "import json,sys; m=json.load(open(sys.argv[1]))['metrics']; print(sys.argv[2], m.get('step1_nologits_run_ms'))" \
-                "$OUT/ablation_${name}_$tag.json" "${name}_$tag" 2>/dev/null || echo "${name}_$tag: no figure"
+                --out "$abl/${name}_$tag.json" > "$abl/${name}_$tag.log" 2>&1 || status=1
         done
     done
+    python3 - "$abl" "$OUT/decode_step_ablation.json" "$COMMIT" <<'PY'
+import datetime, glob, json, os, sys
+src, dst, commit = sys.argv[1:4]
+metrics, card = {}, ""
+for p in sorted(glob.glob(os.path.join(src, "*.json"))):
+    d = json.load(open(p))
+    fmt, tag = os.path.basename(p)[:-5].split("_", 1)
+    card = d.get("card", card)
+    metrics[f"{fmt}_step1_nologits_run_ms_{tag}"] = round(d["metrics"]["step1_nologits_run_ms"], 3)
+ratios = {}
+for fmt in ("int4", "fp8"):
+    base = metrics.get(f"{fmt}_step1_nologits_run_ms_all")
+    if not base:
+        continue
+    for tag in ("linears", "noquant", "nogdn", "nogattn", "noaddrms"):
+        v = metrics.get(f"{fmt}_step1_nologits_run_ms_{tag}")
+        if v is not None:  # the step's share kept (linears, noquant) or removed (no<op>) by the tag
+            ratios[f"{fmt}_{tag}_share"] = round(v / base if tag in ("linears", "noquant") else 1 - v / base, 3)
+for k, v in {**metrics, **ratios}.items():
+    print(k, v)
+json.dump({"date": datetime.date.today().isoformat(), "commit": commit, "card": card,
+           "command": "GRIMOIRE_KEEP_OPS=quant,zero,h2d,embed (linears) | GRIMOIRE_SKIP_OPS=quant|gdn_core|"
+                      "gattn_decode|add_rms bench_qwen35_27b --random-weights --quant gptq|fp8 --prefill-tokens 512 "
+                      "--decode-steps 16 --contexts 512 (tools/gpu_check.sh ablation; step1_nologits_run_ms of "
+                      "each; results wrong by design, timing of what is left)",
+           "metrics": metrics, "ratios": ratios}, open(dst, "w"), indent=1)
+PY
+    rm -rf "$abl"
 fi
 if want clocks; then
     # The card's SM / memory clocks, power, temperature and clock-event (throttle) reasons every 20 ms beside the
