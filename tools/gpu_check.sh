@@ -183,14 +183,11 @@ if want ablation; then
     abl=$(mktemp -d)
     for q in gptq fp8; do
         name=$([ "$q" = gptq ] && echo int4 || echo fp8)
-        for spec in all: linears:KEEP=quant,zero,h2d,embed noquant:SKIP=quant nogdn:SKIP=gdn_core \
-            nogattn:SKIP=gattn_decode noaddrms:SKIP=add_rms all2:; do
-            tag=${spec%%:*} rule=${spec#*:} envs=()
-            case $rule in
-                KEEP=*) envs=("GRIMOIRE_KEEP_OPS=${rule#KEEP=}") ;;
-                SKIP=*) envs=("GRIMOIRE_SKIP_OPS=${rule#SKIP=}") ;;
-            esac
-            env "${envs[@]}" timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
+        for spec in all: linears:GRIMOIRE_KEEP_OPS=quant,zero,h2d,embed noquant:GRIMOIRE_SKIP_OPS=quant \
+            nogdn:GRIMOIRE_SKIP_OPS=gdn_core nogattn:GRIMOIRE_SKIP_OPS=gattn_decode \
+            noaddrms:GRIMOIRE_SKIP_OPS=add_rms all2:; do
+            tag=${spec%%:*} rule=${spec#*:}  # rule: the run's one environment setting, or none
+            env ${rule:+"$rule"} timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
                 --quant "$q" --prefill-tokens 512 --decode-steps 16 --contexts 512 --commit "$COMMIT" \
                 --out "$abl/${name}_$tag.json" > "$abl/${name}_$tag.log" 2>&1 || status=1
         done
