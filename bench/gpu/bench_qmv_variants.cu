@@ -415,90 +415,106 @@ struct Group {
 std::vector<Group> groups(int sms) {
     using qmm::kQmvNoDequant, qmm::kQmvNoMma, qmm::kQmvNoX, qmm::kQmvBlockStage;
     std::vector<Group> g;
-    g.push_back({"int4_m1",
-                 false,
-                 1,
-                 {
-                     kernel_variant<false, false, 1, 4, 3>(
-                         "ntb1_d4"),  // the reference: one tile, per-group scale loads (FP8's path)
-                     kernel_variant<false, false, 1, 4, 3, 0, true>("ssm_ntb1_d4"),  // qmm.cu: one tile
-                     kernel_variant<false, false, 2, 2, 3, 0, true>("ssm_ntb2_d2"),  // qmm.cu: two tiles
-                     kernel_variant<false, false, 2, 2, 3, kQmvBlockStage, true>("ssm_ntb2_d2_bst"),
-                     kernel_variant<false, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
-                     // The staging before session 12 (table pieces written as they land, then x by registers).
-                     kernel_variant<false, false, 1, 4, 3, qmm::kQmvSerialStage, true>("ssm_ntb1_d4_ser"),
-                     kernel_variant<false, false, 2, 2, 3, qmm::kQmvSerialStage, true>("ssm_ntb2_d2_ser"),
-                     kernel_variant<false, false, 2, 2, 3, kQmvBlockStage | qmm::kQmvSerialStage, true>(
-                         "ssm_ntb2_d2_bst_ser"),
-                     // Weights through a shared-memory ring of D chunks per warp (WSM): deeper than registers.
-                     ring_variant<false, false, 1, 4, 3>("wsm_ntb1_d4"),
-                     // Four blocks per SM (64 registers).
-                     kernel_variant<false, false, 1, 4, 4, 0, true>("ssm_ntb1_d4_mb4"),
-                     kernel_variant<false, false, 2, 2, 4, 0, true>("ssm_ntb2_d2_mb4"),
-                     inexact(kernel_variant<false, true, 2, 2, 4, 0, true>("multi_ssm_ntb2_d2_mb4")),
-                     // The group's x sum from an all-ones mma instead of the staged chunk sums (kQmvMmaSum;
-                     // another summation order), and the kernel without any x sums (kQmvNoXsum, wrong results).
-                     inexact(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2_mb4")),
-                     inexact(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d4")),
-                     inexact(kernel_variant<false, false, 2, 2, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2")),
-                     inexact(kernel_variant<false, false, 1, 4, 4, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d4_mb4")),
-                     inexact(early(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2_mb4"))),
-                     inexact(early(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d4"))),
-                     inexact(early(kernel_variant<false, false, 2, 2, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2"))),
-                     // The 2..16-row form at three per SM, qmm.cu's one row from 4 to 8 n-tiles per SM before session
-                     // 17, and the library's dispatch itself.
-                     inexact(kernel_variant<false, true, 2, 3, 3, 0, true>("multi_ssm_ntb2_d3")),
-                     inexact(early(kernel_variant<false, true, 2, 3, 3, 0, true>("multi_ssm_ntb2_d3"))),
-                     library<false>("library"),
-                     kernel_variant<false, false, 2, 2, 4, qmm::kQmvNoXsum, true>("ablate_noxsum_ntb2_d2_mb4"),
-                     kernel_variant<false, false, 1, 4, 3, qmm::kQmvNoXsum, true>("ablate_noxsum_ntb1_d4"),
-                     // L2 prefetch of 4 / 8 / 12 chunks ahead of the register slots (kQmvPf1 / kQmvPf2).
-                     kernel_variant<false, false, 2, 2, 4, qmm::kQmvPf1, true>("ssm_ntb2_d2_mb4_pf1"),
-                     kernel_variant<false, false, 2, 2, 4, qmm::kQmvPf2, true>("ssm_ntb2_d2_mb4_pf2"),
-                     kernel_variant<false, false, 2, 2, 4, qmm::kQmvPf1 | qmm::kQmvPf2, true>("ssm_ntb2_d2_mb4_pf3"),
-                     kernel_variant<false, false, 1, 4, 3, qmm::kQmvPf1, true>("ssm_ntb1_d4_pf1"),
-                     kernel_variant<false, false, 1, 4, 3, qmm::kQmvPf2, true>("ssm_ntb1_d4_pf2"),
-                     kernel_variant<false, false, 2, 2, 3, qmm::kQmvPf1, true>("ssm_ntb2_d2_pf1"),
-                     kernel_variant<false, false, 2, 2, 3, qmm::kQmvPf2, true>("ssm_ntb2_d2_pf2"),
-                     kernel_variant<false, false, 1, 4, 3, qmm::kQmvPf1 | qmm::kQmvPf2, true>("ssm_ntb1_d4_pf3"),
-                     // Warp-granular stream-K (qmv_streamk.cuh): chunks in flight, blocks per SM.
-                     sk_variant<4, 4>("sk_d4_mb4"),
-                     sk_variant<6, 4>("sk_d6_mb4"),
-                     sk_variant<8, 3>("sk_d8_mb3"),  // qmm.cu's (80 registers)
-                     sk_variant<12, 2>("sk_d12_mb2"),
-                     sk_variant<16, 2>("sk_d16_mb2"),
-                     // Persistent blocks (scales with the weights): n-tile groups per block, blocks per SM.
-                     pers_variant<false, false, 1, 4, 3>("pers_ntb1_d4", 3),
-                     pers_variant<false, false, 2, 2, 3>("pers_ntb2_d2", 3),
-                     pers_variant<false, false, 2, 2, 3>("pers_ntb2_d2_x2", 2),
-                     pers_variant<false, false, 1, 4, 3>("pers_ntb1_d4_x2", 2),
-                     inexact(pers_variant<false, true, 2, 2, 3>("multi_pers_ntb2_d2", 3)),
-                     inexact(pers_variant<false, true, 1, 4, 3>("multi_pers_ntb1_d4", 3)),
-                     // One row on the 2..16-row form (x read from global memory, x sums from the all-ones mma).
-                     inexact(kernel_variant<false, true, 2, 2, 3, 0, true>("multi_ssm_ntb2_d2")),
-                     inexact(kernel_variant<false, true, 2, 2, 3, kQmvBlockStage, true>("multi_ssm_ntb2_d2_bst")),
-                     {"loads_ntb1_d4", false, loads_only<1, 4>, 1, 0, 0, {}},
-                     {"loads_ntb1_d8", false, loads_only<1, 8>, 1, 0, 0, {}},
-                     {"loads_ntb1_d6", false, loads_only<1, 6>, 1, 0, 0, {}},
-                     {"loads_ntb1_d12", false, loads_only<1, 12>, 1, 0, 0, {}},
-                     {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},
-                     // Where the one-tile kernel's time goes at depth 4 / 6 / 8 (ablations: wrong results).
-                     inexact(kernel_variant<false, false, 1, 6, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d6")),
-                     inexact(kernel_variant<false, false, 1, 8, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d8")),
-                     kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | kQmvNoDequant | kQmvNoMma, true>(
-                         "abl_nocomp_ntb1_d4"),
-                     kernel_variant<false, false, 1, 8, 3, qmm::kQmvMmaSum | kQmvNoDequant | kQmvNoMma, true>(
-                         "abl_nocomp_ntb1_d8"),
-                     kernel_variant<false, false, 1, 8, 3,
-                                    qmm::kQmvMmaSum | kQmvNoDequant | kQmvNoMma | kQmvNoX | qmm::kQmvNoFlush, true>(
-                         "abl_all_ntb1_d8"),
-                     kernel_variant<false, false, 1, 8, 3, qmm::kQmvNoXsum | kQmvNoDequant | kQmvNoMma | kQmvNoX |
-                                                               qmm::kQmvNoFlush, true>("abl_allnosum_ntb1_d8"),
-                     // Timelines of qmm.cu's one-row forms (kQmvTrace).
-                     inexact(traced<false, false, 1, 4, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d4")),
-                     inexact(traced<false, false, 1, 8, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d8")),
-                     inexact(traced<false, false, 2, 2, 4, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2_mb4")),
-                 }});
+    g.push_back(
+        {"int4_m1",
+         false,
+         1,
+         {
+             kernel_variant<false, false, 1, 4, 3>(
+                 "ntb1_d4"),  // the reference: one tile, per-group scale loads (FP8's path)
+             kernel_variant<false, false, 1, 4, 3, 0, true>("ssm_ntb1_d4"),  // qmm.cu: one tile
+             kernel_variant<false, false, 2, 2, 3, 0, true>("ssm_ntb2_d2"),  // qmm.cu: two tiles
+             kernel_variant<false, false, 2, 2, 3, kQmvBlockStage, true>("ssm_ntb2_d2_bst"),
+             kernel_variant<false, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
+             // The staging before session 12 (table pieces written as they land, then x by registers).
+             kernel_variant<false, false, 1, 4, 3, qmm::kQmvSerialStage, true>("ssm_ntb1_d4_ser"),
+             kernel_variant<false, false, 2, 2, 3, qmm::kQmvSerialStage, true>("ssm_ntb2_d2_ser"),
+             kernel_variant<false, false, 2, 2, 3, kQmvBlockStage | qmm::kQmvSerialStage, true>(
+                 "ssm_ntb2_d2_bst_ser"),
+             // Weights through a shared-memory ring of D chunks per warp (WSM): deeper than registers.
+             ring_variant<false, false, 1, 4, 3>("wsm_ntb1_d4"),
+             // Four blocks per SM (64 registers).
+             kernel_variant<false, false, 1, 4, 4, 0, true>("ssm_ntb1_d4_mb4"),
+             kernel_variant<false, false, 2, 2, 4, 0, true>("ssm_ntb2_d2_mb4"),
+             inexact(kernel_variant<false, true, 2, 2, 4, 0, true>("multi_ssm_ntb2_d2_mb4")),
+             // The group's x sum from an all-ones mma instead of the staged chunk sums (kQmvMmaSum;
+             // another summation order), and the kernel without any x sums (kQmvNoXsum, wrong results).
+             inexact(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2_mb4")),
+             inexact(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d4")),
+             inexact(kernel_variant<false, false, 2, 2, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2")),
+             inexact(kernel_variant<false, false, 1, 4, 4, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d4_mb4")),
+             inexact(
+                 early(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2_mb4"))),
+             inexact(early(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d4"))),
+             inexact(early(kernel_variant<false, false, 2, 2, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2"))),
+             // The 2..16-row form at three per SM, qmm.cu's one row from 4 to 8 n-tiles per SM before session
+             // 17, and the library's dispatch itself.
+             inexact(kernel_variant<false, true, 2, 3, 3, 0, true>("multi_ssm_ntb2_d3")),
+             inexact(early(kernel_variant<false, true, 2, 3, 3, 0, true>("multi_ssm_ntb2_d3"))),
+             library<false>("library"),
+             kernel_variant<false, false, 2, 2, 4, qmm::kQmvNoXsum, true>("ablate_noxsum_ntb2_d2_mb4"),
+             kernel_variant<false, false, 1, 4, 3, qmm::kQmvNoXsum, true>("ablate_noxsum_ntb1_d4"),
+             // L2 prefetch of 4 / 8 / 12 chunks ahead of the register slots (kQmvPf1 / kQmvPf2).
+             kernel_variant<false, false, 2, 2, 4, qmm::kQmvPf1, true>("ssm_ntb2_d2_mb4_pf1"),
+             kernel_variant<false, false, 2, 2, 4, qmm::kQmvPf2, true>("ssm_ntb2_d2_mb4_pf2"),
+             kernel_variant<false, false, 2, 2, 4, qmm::kQmvPf1 | qmm::kQmvPf2, true>("ssm_ntb2_d2_mb4_pf3"),
+             kernel_variant<false, false, 1, 4, 3, qmm::kQmvPf1, true>("ssm_ntb1_d4_pf1"),
+             kernel_variant<false, false, 1, 4, 3, qmm::kQmvPf2, true>("ssm_ntb1_d4_pf2"),
+             kernel_variant<false, false, 2, 2, 3, qmm::kQmvPf1, true>("ssm_ntb2_d2_pf1"),
+             kernel_variant<false, false, 2, 2, 3, qmm::kQmvPf2, true>("ssm_ntb2_d2_pf2"),
+             kernel_variant<false, false, 1, 4, 3, qmm::kQmvPf1 | qmm::kQmvPf2, true>("ssm_ntb1_d4_pf3"),
+             // Warp-granular stream-K (qmv_streamk.cuh): chunks in flight, blocks per SM.
+             sk_variant<4, 4>("sk_d4_mb4"),
+             sk_variant<6, 4>("sk_d6_mb4"),
+             sk_variant<8, 3>("sk_d8_mb3"),  // qmm.cu's (80 registers)
+             sk_variant<12, 2>("sk_d12_mb2"),
+             sk_variant<16, 2>("sk_d16_mb2"),
+             // Persistent blocks (scales with the weights): n-tile groups per block, blocks per SM.
+             pers_variant<false, false, 1, 4, 3>("pers_ntb1_d4", 3),
+             pers_variant<false, false, 2, 2, 3>("pers_ntb2_d2", 3),
+             pers_variant<false, false, 2, 2, 3>("pers_ntb2_d2_x2", 2),
+             pers_variant<false, false, 1, 4, 3>("pers_ntb1_d4_x2", 2),
+             inexact(pers_variant<false, true, 2, 2, 3>("multi_pers_ntb2_d2", 3)),
+             inexact(pers_variant<false, true, 1, 4, 3>("multi_pers_ntb1_d4", 3)),
+             // One row on the 2..16-row form (x read from global memory, x sums from the all-ones mma).
+             inexact(kernel_variant<false, true, 2, 2, 3, 0, true>("multi_ssm_ntb2_d2")),
+             inexact(kernel_variant<false, true, 2, 2, 3, kQmvBlockStage, true>("multi_ssm_ntb2_d2_bst")),
+             {"loads_ntb1_d4", false, loads_only<1, 4>, 1, 0, 0, {}},
+             {"loads_ntb1_d8", false, loads_only<1, 8>, 1, 0, 0, {}},
+             {"loads_ntb1_d6", false, loads_only<1, 6>, 1, 0, 0, {}},
+             {"loads_ntb1_d12", false, loads_only<1, 12>, 1, 0, 0, {}},
+             {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},
+             // Where the one-tile kernel's time goes at depth 4 / 6 / 8 (ablations: wrong results).
+             inexact(kernel_variant<false, false, 1, 6, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d6")),
+             inexact(kernel_variant<false, false, 1, 8, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d8")),
+             kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | kQmvNoDequant | kQmvNoMma, true>(
+                 "abl_nocomp_ntb1_d4"),
+             kernel_variant<false, false, 1, 8, 3, qmm::kQmvMmaSum | kQmvNoDequant | kQmvNoMma, true>(
+                 "abl_nocomp_ntb1_d8"),
+             kernel_variant<false, false, 1, 8, 3,
+                            qmm::kQmvMmaSum | kQmvNoDequant | kQmvNoMma | kQmvNoX | qmm::kQmvNoFlush, true>(
+                 "abl_all_ntb1_d8"),
+             kernel_variant<false, false, 1, 8, 3,
+                            qmm::kQmvNoXsum | kQmvNoDequant | kQmvNoMma | kQmvNoX | qmm::kQmvNoFlush, true>(
+                 "abl_allnosum_ntb1_d8"),
+             // Timelines of qmm.cu's one-row forms (kQmvTrace).
+             inexact(traced<false, false, 1, 4, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d4")),
+             inexact(traced<false, false, 1, 8, 3, qmm::kQmvMmaSum, true>("msum_ssm_ntb1_d8")),
+             inexact(traced<false, false, 2, 2, 4, qmm::kQmvMmaSum, true>("msum_ssm_ntb2_d2_mb4")),
+             // Session 38: qmm.cu's one-row forms with the dequant's shifts on the FMA pipe (IMAD.HI)
+             // instead of the ALU pipe (kQmvShrFma3: all three, kQmvShrFma2: two); the same bits as
+             // their msum_ forms above.
+             inexact(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum | qmm::kQmvShrFma3, true>(
+                 "msum_shr3_ssm_ntb2_d2_mb4")),
+             inexact(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum | qmm::kQmvShrFma2, true>(
+                 "msum_shr2_ssm_ntb2_d2_mb4")),
+             inexact(kernel_variant<false, false, 2, 2, 3, qmm::kQmvMmaSum | qmm::kQmvShrFma3, true>(
+                 "msum_shr3_ssm_ntb2_d2")),
+             inexact(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | qmm::kQmvShrFma3, true>(
+                 "msum_shr3_ssm_ntb1_d4")),
+             inexact(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | qmm::kQmvShrFma2, true>(
+                 "msum_shr2_ssm_ntb1_d4")),
+         }});
     g.push_back({"int4_m4",
                  false,
                  4,
@@ -550,15 +566,26 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 2, 3, 2, qmm::kQmvAccSmem, true, 16>("acs_ntb2_d3_mb2"),
              kernel_variant<false, true, 1, 4, 3, qmm::kQmvAccSmem, true, 16>("acs_ntb1_d4_mb3"),
              kernel_variant<false, true, 1, 3, 4, qmm::kQmvAccSmem, true, 16>("acs_ntb1_d3_mb4"),
-             // ncu's source page (session 34): a quarter of the two-per-SM form's stall samples sit on the first
-             // dequant shift of each chunk, waiting for its weights. Deeper register slots at two per SM (the
-             // accumulators in shared memory make room) and an L2 window beyond them.
+             // Session 38: qmm.cu's sixteen-row forms with the dequant's shifts on the FMA pipe (kQmvShrFma3
+             // / kQmvShrFma2; the same bits).
+             kernel_variant<false, true, 2, 3, 3, qmm::kQmvAccSmem | qmm::kQmvShrFma3, true, 16>(
+                 "acs_shr3_ntb2_d3_mb3"),
+             kernel_variant<false, true, 2, 3, 3, qmm::kQmvAccSmem | qmm::kQmvShrFma2, true, 16>(
+                 "acs_shr2_ntb2_d3_mb3"),
+             kernel_variant<false, true, 2, 2, 3, qmm::kQmvShrFma3, true, 16>("ssm_shr3_ntb2_d2"),
+             kernel_variant<false, true, 1, 2, 3, qmm::kQmvShrFma3, true, 16>("ssm_shr3_ntb1_d2"),
+             kernel_variant<false, true, 1, 2, 3, qmm::kQmvShrFma2, true, 16>("ssm_shr2_ntb1_d2"),
+             // ncu's source page (session 34): a quarter of the two-per-SM form's stall samples sit on the
+             // first dequant shift of each chunk, waiting for its weights. Deeper register slots at two per
+             // SM (the accumulators in shared memory make room) and an L2 window beyond them.
              kernel_variant<false, true, 2, 4, 2, qmm::kQmvAccSmem, true, 16>("acs_ntb2_d4_mb2"),
              kernel_variant<false, true, 2, 5, 2, qmm::kQmvAccSmem, true, 16>("acs_ntb2_d5_mb2"),
              kernel_variant<false, true, 2, 3, 2, qmm::kQmvPf1, true, 16>("pf1_ntb2_d3_mb2"),
              kernel_variant<false, true, 2, 3, 2, qmm::kQmvPf2, true, 16>("pf2_ntb2_d3_mb2"),
-             kernel_variant<false, true, 2, 3, 3, qmm::kQmvAccSmem | qmm::kQmvPf1, true, 16>("acs_pf1_ntb2_d3_mb3"),
-             kernel_variant<false, true, 2, 3, 3, qmm::kQmvAccSmem | qmm::kQmvPf2, true, 16>("acs_pf2_ntb2_d3_mb3"),
+             kernel_variant<false, true, 2, 3, 3, qmm::kQmvAccSmem | qmm::kQmvPf1, true, 16>(
+                 "acs_pf1_ntb2_d3_mb3"),
+             kernel_variant<false, true, 2, 3, 3, qmm::kQmvAccSmem | qmm::kQmvPf2, true, 16>(
+                 "acs_pf2_ntb2_d3_mb3"),
              // Where sixteen rows lose their time on qmm.cu's wide-weight form (ablations: wrong results): no
              // x loads (B fragments constant), no mma, no dequant, and none of the three.
              kernel_variant<false, true, 2, 3, 2, kQmvNoX, true, 16>("abl_nox_ntb2_d3_mb2"),

@@ -255,15 +255,27 @@ __device__ __forceinline__ void a_fragment(const uint4 (&q)[VEC], int kt, uint32
     }
 }
 
+// w >> K on the FMA pipe: the high word of w * 2^(32 - K) (IMAD.HI.U32; ptxas keeps it, where it turns a
+// shift-by-constant into SHF). The INT4 dequant's shifts and masks otherwise all take the ALU pipe, which
+// on sm_90 retires 16 lanes a cycle per scheduler (64 a cycle per SM, half the FP32 rate), while the FMA pipe
+// beside it is nearly idle in these kernels.
+template <int K>
+__device__ __forceinline__ uint32_t shr_fma(uint32_t w) {
+    return __umulhi(w, 1u << (32 - K));
+}
+
 // INT4 A fragment of k-tile kt as 128 + q in BF16 (exact): the zero point is subtracted after the multiply
-// (quant_qmv.cuh), so a word of 8 weights costs 3 shifts and 4 lop3.
-__device__ __forceinline__ void a_fragment_int4_raw(const uint4& qq, int kt, uint32_t& a0, uint32_t& a1,
-                                                    uint32_t& a2, uint32_t& a3) {
+// (quant_qmv.cuh), so a word of 8 weights costs 3 shifts and 4 lop3. SHR: how many of the three shifts run
+// on the FMA pipe (shr_fma) instead of the ALU pipe: 0, 2 (by 4 and 12) or 3; the same bits either way.
+template <int SHR = 0>
+__device__ __forceinline__ void a_fragment_int4_raw(
+    const uint4& qq, int kt, uint32_t& a0, uint32_t& a1, uint32_t& a2, uint32_t& a3) {
+    static_assert(SHR == 0 || SHR == 2 || SHR == 3, "SHR: 0, 2 or 3 shifts on the FMA pipe");
     const uint32_t wd = kt == 0 ? qq.x : kt == 1 ? qq.y : kt == 2 ? qq.z : qq.w;
     a0 = and_or(wd, 0x000F000Fu, 0x43004300u);
-    a1 = and_or(wd >> 4, 0x000F000Fu, 0x43004300u);
-    a2 = and_or(wd >> 8, 0x000F000Fu, 0x43004300u);
-    a3 = and_or(wd >> 12, 0x000F000Fu, 0x43004300u);
+    a1 = and_or(SHR >= 2 ? shr_fma<4>(wd) : wd >> 4, 0x000F000Fu, 0x43004300u);
+    a2 = and_or(SHR >= 3 ? shr_fma<8>(wd) : wd >> 8, 0x000F000Fu, 0x43004300u);
+    a3 = and_or(SHR >= 2 ? shr_fma<12>(wd) : wd >> 12, 0x000F000Fu, 0x43004300u);
 }
 
 // The sum of a BF16x2 word's two values in f32.

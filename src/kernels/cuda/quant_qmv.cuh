@@ -136,7 +136,11 @@ enum : int {
     // group flush only; the same fmaf in the same order, so the same bits. Frees the registers a third block
     // per SM needs at sixteen rows (ncu, H100: 127 registers, two blocks per SM;
     // bench/results/qmv_ncu_m16_h100.json).
-    kQmvAccSmem = 32768
+    kQmvAccSmem = 32768,
+    // INT4 (quant_mma.cuh a_fragment_int4_raw): the dequant's three shifts (kQmvShrFma3) or two of them
+    // (kQmvShrFma2) as IMAD.HI on the FMA pipe instead of SHF on the ALU pipe; the same bits.
+    kQmvShrFma3 = 65536,
+    kQmvShrFma2 = 131072
 };
 // The dynamic shared memory a launch may take with these ABL bits: kQmvAccSmem adds 16 KB of static shared
 // memory beside the 16 KB reduction buffer, and static + dynamic must stay within the 227 KB a block may opt
@@ -610,7 +614,9 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                     const uint4& qq = w[j][0];
                     a0 = qq.x ^ zx, a1 = qq.y, a2 = qq.z, a3 = qq.w;
                 } else if constexpr (ZF) {
-                    a_fragment_int4_raw(w[j][0], kt, a0, a1, a2, a3);
+                    a_fragment_int4_raw<(ABL & kQmvShrFma3) != 0   ? 3
+                                        : (ABL & kQmvShrFma2) != 0 ? 2
+                                                                   : 0>(w[j][0], kt, a0, a1, a2, a3);
                 } else {
                     a_fragment<FP8>(w[j], kt, zx, zy, a0, a1, a2, a3);
                 }
