@@ -152,23 +152,8 @@ size_t qmv_launch_smem(const qmm::Args& a, bool fp8, bool asym) {
     return qmv_ssm(fp8) ? qmm::qmv_smem_ssm(a, 2, asym, staged) : qmm::qmv_smem(a, staged);
 }
 
-// INT4: the dequant's three shifts per word as IMAD.HI on the FMA pipe instead of SHF on the ALU pipe, which
-// also takes the four lop3 (quant_qmv.cuh kQmvShrFma3; the same bits). GRIMOIRE_QMV_SHR=1 turns it on (the
-// A/B).
-bool qmv_shr() {
-    static const bool on = [] {
-        const char* e = std::getenv("GRIMOIRE_QMV_SHR");
-        return e && e[0] == '1';
-    }();
-    return on;
-}
-
 template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI, int MAXM = 8, int STAGE = 0>
 void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
-    if constexpr (!FP8 && (STAGE & (qmm::kQmvShrFma3 | qmm::kQmvShrFma2)) == 0) {
-        if (qmv_shr())
-            return launch_qmv_m<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, MAXM, STAGE | qmm::kQmvShrFma3>(a, s);
-    }
     constexpr bool kSsm = qmv_ssm(FP8);
     auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, STAGE, kSsm, MAXM>;
     static const bool attr_set = [&] {

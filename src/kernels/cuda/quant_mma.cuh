@@ -258,7 +258,9 @@ __device__ __forceinline__ void a_fragment(const uint4 (&q)[VEC], int kt, uint32
 // w >> K on the FMA pipe: the high word of w * 2^(32 - K) (IMAD.HI.U32; ptxas keeps it, where it turns a
 // shift-by-constant into SHF). The INT4 dequant's shifts and masks otherwise all take the ALU pipe, which
 // on sm_90 retires 16 lanes a cycle per scheduler (64 a cycle per SM, half the FP32 rate), while the FMA pipe
-// beside it is nearly idle in these kernels.
+// beside it is nearly idle in these kernels. Measured slower (docs/BENCHMARKS.md, session 38, H100: one row
+// gate_up 32.7 -> 35.5 us, sixteen rows 42.0 -> 51.0, the 27B INT4 step 5.47 -> 5.86 ms): IMAD.HI does not
+// issue at the rate SHF does, so the library keeps SHF; bench_qmv_variants keeps the forms (kQmvShrFma*).
 template <int K>
 __device__ __forceinline__ uint32_t shr_fma(uint32_t w) {
     return __umulhi(w, 1u << (32 - K));

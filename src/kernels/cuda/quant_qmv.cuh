@@ -138,7 +138,8 @@ enum : int {
     // bench/results/qmv_ncu_m16_h100.json).
     kQmvAccSmem = 32768,
     // INT4 (quant_mma.cuh a_fragment_int4_raw): the dequant's three shifts (kQmvShrFma3) or two of them
-    // (kQmvShrFma2) as IMAD.HI on the FMA pipe instead of SHF on the ALU pipe; the same bits.
+    // (kQmvShrFma2) as IMAD.HI on the FMA pipe instead of SHF on the ALU pipe; the same bits. Bench variants
+    // only (slower on every shape, session 38).
     kQmvShrFma3 = 65536,
     kQmvShrFma2 = 131072
 };
