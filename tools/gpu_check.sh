@@ -212,7 +212,7 @@ for fmt in ("int4", "fp8"):
             ratios[f"{fmt}_{tag}_share"] = round(v / base if tag in ("linears", "noquant") else 1 - v / base, 3)
 for k, v in {**metrics, **ratios}.items():
     print(k, v)
-json.dump({"date": datetime.date.today().isoformat(), "commit": commit, "card": card,
+json.dump({"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"), "commit": commit, "card": card,
            "command": "GRIMOIRE_KEEP_OPS=quant,zero,h2d,embed (linears) | GRIMOIRE_SKIP_OPS=quant|gdn_core|"
                       "gattn_decode|add_rms bench_qwen35_27b --random-weights --quant gptq|fp8 --prefill-tokens 512 "
                       "--decode-steps 16 --contexts 512 (tools/gpu_check.sh ablation; step1_nologits_run_ms of "
