@@ -177,7 +177,7 @@ Variant kernel_variant(const char* name) {
           "smem attribute");
     constexpr int kExact = qmm::kQmvGeneralLoop | qmm::kQmvScalarStage | qmm::kQmvBlockStage |
                            qmm::kQmvSerialStage | qmm::kQmvPf1 | qmm::kQmvPf2 | qmm::kQmvTrace |
-                           qmm::kQmvAccSmem;  // A/B, same result
+                           qmm::kQmvAccSmem | qmm::kQmvShrFma3 | qmm::kQmvShrFma2;  // A/B, same result
     return {name, (ABL & ~kExact) == 0, k, NTB, 0, SSM ? (MULTI ? 3 : 2) : MULTI ? 0 : 1, {}, WSM ? D : 0, FP8};
 }
 
