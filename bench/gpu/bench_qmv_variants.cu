@@ -514,6 +514,24 @@ std::vector<Group> groups(int sms) {
                  "msum_shr3_ssm_ntb1_d4")),
              inexact(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | qmm::kQmvShrFma2, true>(
                  "msum_shr2_ssm_ntb1_d4")),
+             // Session 39: qmm.cu's one-row forms with the mma in FP16 (kQmvF16: x converted while staged,
+             // one shift and four lop3 a weight word), as the library launches them (early dependents).
+             inexact(early(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum | qmm::kQmvF16, true>(
+                 "msum_f16_ssm_ntb2_d2_mb4"))),
+             inexact(early(kernel_variant<false, false, 2, 2, 3, qmm::kQmvMmaSum | qmm::kQmvF16, true>(
+                 "msum_f16_ssm_ntb2_d2"))),
+             inexact(early(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | qmm::kQmvF16, true>(
+                 "msum_f16_ssm_ntb1_d4"))),
+             // The same with rows g less 1024 by HSUB2 (kQmvF16Sub: fp32 headroom, two FMA-pipe ops a word).
+             inexact(
+                 early(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvF16Sub,
+                                      true>("msum_f16s_ssm_ntb2_d2_mb4"))),
+             inexact(
+                 early(kernel_variant<false, false, 2, 2, 3, qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvF16Sub,
+                                      true>("msum_f16s_ssm_ntb2_d2"))),
+             inexact(
+                 early(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvF16Sub,
+                                      true>("msum_f16s_ssm_ntb1_d4"))),
          }});
     g.push_back({"int4_m4",
                  false,

@@ -280,6 +280,55 @@ __device__ __forceinline__ void a_fragment_int4_raw(
     a3 = and_or(SHR >= 2 ? shr_fma<12>(wd) : wd >> 12, 0x000F000Fu, 0x43004300u);
 }
 
+// The INT4 A fragment of k-tile kt in FP16, exact: rows g (a0, a2) hold 1024 + q and rows g + 8 (a1, a3)
+// 1024 + 16 q. FP16's ten mantissa bits take a nibble at bits 4-7 of each half in place (0x6400 = 1024 with
+// ulp 1), where BF16's seven cannot, so a word costs one shift and four lop3 against three and four; the
+// factor 16 of rows g + 8 and both offsets are undone per scale group in fp32 (quant_qmv.cuh kQmvF16). The
+// nibble to fragment map is a_fragment_int4_raw's, so the repacked layout is the same. SUB: rows g less 1024
+// by two HSUB2 (FMA pipe), so they hold q itself: the fp32 sums then lose ~3 bits fewer to the offset's
+// cancellation (1024 against |q - z| ~ 4, where BF16's 128 + q loses ~5 and rows g + 8's 64 + q ~4).
+template <bool SUB = false>
+__device__ __forceinline__ void a_fragment_int4_f16(
+    const uint4& qq, int kt, uint32_t& a0, uint32_t& a1, uint32_t& a2, uint32_t& a3) {
+    const uint32_t wd = kt == 0 ? qq.x : kt == 1 ? qq.y : kt == 2 ? qq.z : qq.w, w8 = wd >> 8;
+    a0 = and_or(wd, 0x000F000Fu, 0x64006400u);
+    a1 = and_or(wd, 0x00F000F0u, 0x64006400u);
+    a2 = and_or(w8, 0x000F000Fu, 0x64006400u);
+    a3 = and_or(w8, 0x00F000F0u, 0x64006400u);
+    if constexpr (SUB) {
+        const __half2 k1024 = __halves2half2(__ushort_as_half(0x6400), __ushort_as_half(0x6400));
+        __half2 h0 = __hsub2(*reinterpret_cast<const __half2*>(&a0), k1024);
+        __half2 h2 = __hsub2(*reinterpret_cast<const __half2*>(&a2), k1024);
+        a0 = *reinterpret_cast<const uint32_t*>(&h0), a2 = *reinterpret_cast<const uint32_t*>(&h2);
+    }
+}
+
+// m16n8k16 with FP16 A and B, f32 accumulation (mma_bf16's twin); _first: no accumulator input.
+__device__ __forceinline__ void mma_f16(
+    float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_f16_first(
+    float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};"
+        : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
+// A BF16x2 word times 2^sh (mul = 2^sh in f32: exact) as FP16x2: exact for every value the FP16 range holds
+// at that scale (quant_qmv.cuh kQmvF16 picks sh so the warp's largest |x| lands below 2^16).
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2_scaled(uint32_t w, float mul) {
+    const __half2 h =
+        __floats2half2_rn(__uint_as_float(w << 16) * mul, __uint_as_float(w & 0xFFFF0000u) * mul);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+
 // The sum of a BF16x2 word's two values in f32.
 __device__ __forceinline__ float bf16x2_sum(uint32_t w) {
     return __uint_as_float(w << 16) + __uint_as_float(w & 0xFFFF0000u);

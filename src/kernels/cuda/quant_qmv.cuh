@@ -141,7 +141,16 @@ enum : int {
     // (kQmvShrFma2) as IMAD.HI on the FMA pipe instead of SHF on the ALU pipe; the same bits. Bench variants
     // only (slower on every shape, session 38).
     kQmvShrFma3 = 65536,
-    kQmvShrFma2 = 131072
+    kQmvShrFma2 = 131072,
+    // INT4 one row with the x sums from the mma (kQmvMmaSum, x staged by cp.async): the mma in FP16. Each
+    // warp converts its staged x range to FP16 times 2^sh (sh from the range's largest |x|, so it lands below
+    // 2^16: exact for everything but values 2^32 times smaller than that largest one), the A fragment is
+    // a_fragment_int4_f16's (one shift and four lop3 a word, against three and four in BF16), and the flush
+    // undoes rows g + 8's factor 16 and the offsets 1024 / 64, the store the 2^sh. Not the same bits as the
+    // BF16 form (the weights' partial sums round elsewhere in fp32): checked within tolerance. kQmvF16Sub
+    // (with kQmvF16): rows g less 1024 by two HSUB2 a word (a_fragment_int4_f16<true>), for fp32 headroom.
+    kQmvF16 = 262144,
+    kQmvF16Sub = 524288
 };
 // The dynamic shared memory a launch may take with these ABL bits: kQmvAccSmem adds 16 KB of static shared
 // memory beside the 16 KB reduction buffer, and static + dynamic must stay within the 227 KB a block may opt
@@ -173,10 +182,14 @@ __device__ __forceinline__ void qmv_trace(const Args& a, int i) {
 // register for register, x's own A fragment (rows = the 16 tokens), so one mma against an all-ones B sums every
 // token, into xt (token r in lane 4 (r % 8), entry 2 (r / 8)); else one all-ones-A mma per B operand, into xs[h]
 // (entries 0 / 1: the lane's tokens 8 h + 2 t, + 1).
-template <bool XT, int NH>
-__device__ __forceinline__ void qmv_chunk_xsums(const uint32_t (&b0)[NH][4], const uint32_t (&b1)[NH][4], bool first,
-                                                float (&xt)[4], float (&xs)[NH][4]) {
-    constexpr uint32_t kOnes = 0x3F803F80u;  // BF16x2 of 1.0
+template <bool XT, int NH, bool F16 = false>
+__device__ __forceinline__ void qmv_chunk_xsums(const uint32_t (&b0)[NH][4],
+                                                const uint32_t (&b1)[NH][4],
+                                                bool first,
+                                                float (&xt)[4],
+                                                float (&xs)[NH][4]) {
+    constexpr uint32_t kOnes = F16 ? 0x3C003C00u : 0x3F803F80u;  // FP16x2 / BF16x2 of 1.0
+    static_assert(!F16 || !XT, "FP16: one row only");
     if constexpr (XT) {
         static_assert(NH == 2, "x as A holds 16 tokens");
 #pragma unroll
@@ -191,10 +204,16 @@ __device__ __forceinline__ void qmv_chunk_xsums(const uint32_t (&b0)[NH][4], con
         for (int h = 0; h < NH; ++h)
 #pragma unroll
             for (int kt = 0; kt < 4; ++kt) {
-                if (first && kt == 0)
+                if constexpr (F16) {
+                    if (first && kt == 0)
+                        mma_f16_first(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
+                    else
+                        mma_f16(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
+                } else if (first && kt == 0) {
                     mma_bf16_first(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
-                else
+                } else {
                     mma_bf16(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
+                }
             }
     }
 }
@@ -238,6 +257,11 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // by four shuffles per group. kQmvSumCols: the column form (the A/B).
     constexpr bool XT = MSUM && NH == 2 && (ABL & kQmvSumCols) == 0;
     float xt[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    constexpr bool F16 = (ABL & kQmvF16) != 0;  // INT4 one row, the mma in FP16 (kQmvF16)
+    static_assert(F16 || (ABL & kQmvF16Sub) == 0, "kQmvF16Sub goes with kQmvF16");
+    static_assert(!F16 || (!MULTI && MSUM && !WSM && !PERS && (ABL & kQmvSerialStage) == 0),
+                  "kQmvF16: INT4 one row, x sums from the mma, x staged by cp.async");
+    float xinv = 1.0f;  // F16: 2^-sh, the warp's x scale, undone as its partials go to the block's sum
     // PERS (persistent blocks): the grid is at most the resident blocks, and a block takes n-tile groups
     // blockIdx.x, + gridDim.x, ...; each warp's load cursor runs on into the next group's chunks, so the
     // weight loads stay in flight through the block's reduction and no block restarts (x staged once). Two
@@ -491,6 +515,26 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             }
         }
         cp_async_wait<0>();
+        if constexpr (F16) {
+            // The range's largest |x| (BF16 bits without the sign compare as the values do), then every piece
+            // this lane copied rewritten as FP16 times 2^sh, sh = 142 - its exponent field: (2 - 2^-7) 2^15
+            // at most, inside FP16's 65504. Capped at 126 so 2^-sh stays a normal f32 (an all-zero range).
+            uint32_t m = 0;
+            for (int p = c0 * 8 + lane; p < c1 * 8; p += 32) {
+                const uint4 v = smem_u4[p];
+                m = __vmaxu2(m, __vmaxu2(__vmaxu2(v.x & 0x7FFF7FFFu, v.y & 0x7FFF7FFFu),
+                                         __vmaxu2(v.z & 0x7FFF7FFFu, v.w & 0x7FFF7FFFu)));
+            }
+            m = __reduce_max_sync(0xFFFFFFFFu, max(m & 0xFFFFu, m >> 16));
+            const int sh = min(142 - static_cast<int>(m >> 7), 126);
+            const float mul = __uint_as_float(static_cast<uint32_t>(127 + sh) << 23);
+            xinv = __uint_as_float(static_cast<uint32_t>(127 - sh) << 23);
+            for (int p = c0 * 8 + lane; p < c1 * 8; p += 32) {
+                const uint4 v = smem_u4[p];
+                smem_u4[p] = make_uint4(bf16x2_to_f16x2_scaled(v.x, mul), bf16x2_to_f16x2_scaled(v.y, mul),
+                                        bf16x2_to_f16x2_scaled(v.z, mul), bf16x2_to_f16x2_scaled(v.w, mul));
+            }
+        }
         if constexpr (XSUM) {
             for (int pb = c0 * 8; pb < c1 * 8; pb += 32) {
                 const int p = pb + lane;
@@ -596,7 +640,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 b0[h][2] = v.x, b1[h][2] = v.y, b0[h][3] = v.z, b1[h][3] = v.w;
             }
         }
-        if constexpr (MSUM) qmv_chunk_xsums<XT>(b0, b1, first, xt, xs);  // the tokens' sums of x over this chunk
+        if constexpr (MSUM)
+            qmv_chunk_xsums<XT, NH, F16>(b0, b1, first, xt, xs);  // the tokens' sums of x over this chunk
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
             uint32_t zx = 0x43084308u, zy = 0x43084308u;  // BF16x2 of 128 + z (symmetric: z = 8)
@@ -614,6 +659,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 if constexpr ((ABL & kQmvNoDequant) != 0) {
                     const uint4& qq = w[j][0];
                     a0 = qq.x ^ zx, a1 = qq.y, a2 = qq.z, a3 = qq.w;
+                } else if constexpr (F16) {
+                    a_fragment_int4_f16<(ABL & kQmvF16Sub) != 0>(w[j][0], kt, a0, a1, a2, a3);
                 } else if constexpr (ZF) {
                     a_fragment_int4_raw<(ABL & kQmvShrFma3) != 0   ? 3
                                         : (ABL & kQmvShrFma2) != 0 ? 2
@@ -626,6 +673,10 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                     if constexpr ((ABL & kQmvNoMma) != 0)
                         cur[j][4 * h + (kt & 3)] +=
                             __uint_as_float((a0 ^ a1 ^ a2 ^ a3 ^ b0[h][kt] ^ b1[h][kt]) & 0x3FFFFFFFu);
+                    else if (F16 && first && kt == 0)
+                        mma_f16_first(cur[j] + 4 * h, a0, a1, a2, a3, b0[h][kt], b1[h][kt]);
+                    else if (F16)
+                        mma_f16(cur[j] + 4 * h, a0, a1, a2, a3, b0[h][kt], b1[h][kt]);
                     else if (first && kt == 0)
                         mma_bf16_first(cur[j] + 4 * h, a0, a1, a2, a3, b0[h][kt], b1[h][kt]);
                     else
@@ -666,6 +717,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                         acc[j][e] = fmaf(v, (e & 2) ? sh : sl, acc[j][e]);
                     }
                 }
+            } else if constexpr (F16) {
+                // rows g: 1024 + q; rows g + 8: 16 (64 + q), the factor exact in fp32 (zl / zh hold 128 + z)
+                const float vl =
+                    fmaf(-(zl + ((ABL & kQmvF16Sub) != 0 ? -128.0f : 896.0f)), xs[0][0], cur[j][0]);
+                const float vh = fmaf(-(zh - 64.0f), xs[0][0], cur[j][2] * 0.0625f);
+                acc[j][0] = fmaf(vl, sl, acc[j][0]), acc[j][1] = fmaf(vh, sh, acc[j][1]);
             } else {
                 const float vl = ZF ? fmaf(-zl, xs[0][0], cur[j][0]) : cur[j][0];
                 const float vh = ZF ? fmaf(-zh, xs[0][0], cur[j][2]) : cur[j][2];
@@ -703,7 +760,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         } else if (t == 0) {
 #pragma unroll
             for (int j = 0; j < NTB; ++j)
-                red[buf][warp][0][j * 16 + g] = acc[j][0], red[buf][warp][0][j * 16 + g + 8] = acc[j][1];
+                red[buf][warp][0][j * 16 + g] = acc[j][0] * xinv,
+                                           red[buf][warp][0][j * 16 + g + 8] = acc[j][1] * xinv;
         }
         __syncthreads();
         if (glu) {  // h[tok][tb * 16 + r] = silu(g) * u, g and u rounded as their stored parts would be
@@ -816,7 +874,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int FG = D == 1 ? 2 : D;
     if constexpr ((SSM || MULTI) &&
                   (ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum | kQmvSumCols |
-                           kQmvTrace | kQmvAccSmem)) == 0 &&
+                           kQmvTrace | kQmvAccSmem | kQmvF16 | kQmvF16Sub)) == 0 &&
                   FG % 2 == 0) {
         // Scale groups of two chunks and a warp range of whole groups (g128 weights, K a multiple of 1024
         // channels): the flushes fall on fixed slots, each group's first mma starts its sum, and the loop
