@@ -180,21 +180,8 @@ bool qmv_msum() {
     }();
     return on;
 }
-// INT4 one row with the mma in FP16 (quant_qmv.cuh kQmvF16 | kQmvF16Sub: x converted while staged, one shift
-// and four lop3 a weight word instead of three and four, two HSUB2 beside them). GRIMOIRE_QMV_F16=1 takes it
-// (the A/B; session 39).
-bool qmv_f16() {
-    static const bool on = [] {
-        const char* e = std::getenv("GRIMOIRE_QMV_F16");
-        return e && e[0] == '1';
-    }();
-    return on;
-}
 template <bool ASYM, int SSZ, int NTB, int D, int MINB, int STAGE = 0>
 void launch_qmv_row(qmm::Args& a, cudaStream_t s) {
-    constexpr int kF16 = qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvF16Sub;
-    if (qmv_msum() && qmv_f16())
-        return launch_qmv_m<false, ASYM, SSZ, NTB, D, MINB, false, 8, STAGE | kF16>(a, s);
     qmv_msum() ? launch_qmv_m<false, ASYM, SSZ, NTB, D, MINB, false, 8, STAGE | qmm::kQmvMmaSum>(a, s)
                : launch_qmv_m<false, ASYM, SSZ, NTB, D, MINB, false, 8, STAGE>(a, s);
 }

@@ -149,6 +149,10 @@ enum : int {
     // undoes rows g + 8's factor 16 and the offsets 1024 / 64, the store the 2^sh. Not the same bits as the
     // BF16 form (the weights' partial sums round elsewhere in fp32): checked within tolerance. kQmvF16Sub
     // (with kQmvF16): rows g less 1024 by two HSUB2 a word (a_fragment_int4_f16<true>), for fp32 headroom.
+    // Bench variants only: the loop drops 259 -> 231 SASS instructions (SHF 48 -> 16), and it still measured
+    // slower on every 27B shape on an H100 (docs/BENCHMARKS.md, session 39): the staging's conversion pass
+    // costs more than the loop saves, and the lm_head, where that pass is nothing, is already at the copy
+    // rate.
     kQmvF16 = 262144,
     kQmvF16Sub = 524288
 };
