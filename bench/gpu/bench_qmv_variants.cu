@@ -593,6 +593,13 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 2, 2, 3, qmm::kQmvShrFma3, true, 16>("ssm_shr3_ntb2_d2"),
              kernel_variant<false, true, 1, 2, 3, qmm::kQmvShrFma3, true, 16>("ssm_shr3_ntb1_d2"),
              kernel_variant<false, true, 1, 2, 3, qmm::kQmvShrFma2, true, 16>("ssm_shr2_ntb1_d2"),
+             // Session 39: x's group sums by two mma per B operand on its x words as loaded (kQmvXsumQuad),
+             // not one per k-tile with x as A (four register moves a k-tile), on qmm.cu's sixteen-row forms.
+             inexact(kernel_variant<false, true, 2, 3, 3, qmm::kQmvAccSmem | qmm::kQmvXsumQuad, true, 16>(
+                 "sumq_acs_ntb2_d3_mb3")),
+             inexact(kernel_variant<false, true, 2, 3, 2, qmm::kQmvXsumQuad, true, 16>("sumq_ntb2_d3_mb2")),
+             inexact(kernel_variant<false, true, 2, 2, 3, qmm::kQmvXsumQuad, true, 16>("sumq_ntb2_d2")),
+             inexact(kernel_variant<false, true, 1, 2, 3, qmm::kQmvXsumQuad, true, 16>("sumq_ntb1_d2")),
              // ncu's source page (session 34): a quarter of the two-per-SM form's stall samples sit on the
              // first dequant shift of each chunk, waiting for its weights. Deeper register slots at two per
              // SM (the accumulators in shared memory make room) and an L2 window beyond them.
@@ -816,11 +823,11 @@ static int run_bench(int argc, char** argv) {
                 check(cudaDeviceSynchronize(), tag.c_str());
                 bool same = true;
                 double rel = 0.0;  // inexact variants that compute the result: max |y - ref| / max |ref|
-                const bool computes =
-                    v.exact || v.library || v.name.rfind("sk_", 0) == 0 || v.name.rfind("bal_", 0) == 0 || v.name.rfind("msum_", 0) == 0 ||
-                    v.name.rfind("subz_", 0) == 0 || v.name.rfind("sumcols_", 0) == 0 ||
-                    v.name.rfind("trace_", 0) == 0 ||
-                    v.name.rfind("wsm_", 0) == 0;
+                const bool computes = v.exact || v.library || v.name.rfind("sk_", 0) == 0 ||
+                                      v.name.rfind("bal_", 0) == 0 || v.name.rfind("msum_", 0) == 0 ||
+                                      v.name.rfind("subz_", 0) == 0 || v.name.rfind("sumcols_", 0) == 0 ||
+                                      v.name.rfind("sumq_", 0) == 0 || v.name.rfind("trace_", 0) == 0 ||
+                                      v.name.rfind("wsm_", 0) == 0;
                 if (vi != 0 && computes) {
                     check(cudaMemcpy(h.data(), y, ny * 4, cudaMemcpyDeviceToHost), "copy");
                     check(cudaMemcpy(href.data(), yref, ny * 4, cudaMemcpyDeviceToHost), "copy");

@@ -247,15 +247,31 @@ bool qmv_m16_one() {
     return on;
 }
 
+// INT4 at 9..16 rows: x's group sums by two mma per B operand on its x words as loaded (quant_qmv.cuh
+// kQmvXsumQuad) instead of one per k-tile with x as A, whose A fragment costs four register moves a k-tile.
+// GRIMOIRE_QMV_XSUMQ=1 takes it (the A/B; session 39).
+bool qmv_xsumq() {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_QMV_XSUMQ");
+        return e && e[0] == '1';
+    }();
+    return on;
+}
+
 // INT4 at 9..16 rows (launch_qmv_ssz's forms, and the glu parts' with one_ok false): see there, qmv_acs and
-// qmv_m16_one.
+// qmv_m16_one; XQ: kQmvXsumQuad or 0.
+template <bool ASYM, int SSZ, int XQ>
+void launch_qmv_int4_m16_x(qmm::Args& a, bool two, bool wide, bool one_ok, cudaStream_t s) {
+    if (two && !wide) return launch_qmv_m<false, ASYM, SSZ, 2, 2, 3, true, 16, XQ>(a, s);
+    if (wide && qmv_acs(a, false, ASYM))
+        return launch_qmv_m<false, ASYM, SSZ, 2, 3, 3, true, 16, qmm::kQmvAccSmem | XQ>(a, s);
+    if (!two && one_ok && qmv_m16_one()) return launch_qmv_m<false, ASYM, SSZ, 1, 2, 3, true, 16, XQ>(a, s);
+    launch_qmv_m<false, ASYM, SSZ, 2, 3, 2, true, 16, XQ>(a, s);
+}
 template <bool ASYM, int SSZ>
 void launch_qmv_int4_m16(qmm::Args& a, bool two, bool wide, bool one_ok, cudaStream_t s) {
-    if (two && !wide) return launch_qmv_m<false, ASYM, SSZ, 2, 2, 3, true, 16>(a, s);
-    if (wide && qmv_acs(a, false, ASYM))
-        return launch_qmv_m<false, ASYM, SSZ, 2, 3, 3, true, 16, qmm::kQmvAccSmem>(a, s);
-    if (!two && one_ok && qmv_m16_one()) return launch_qmv_m<false, ASYM, SSZ, 1, 2, 3, true, 16>(a, s);
-    launch_qmv_m<false, ASYM, SSZ, 2, 3, 2, true, 16>(a, s);
+    qmv_xsumq() ? launch_qmv_int4_m16_x<ASYM, SSZ, qmm::kQmvXsumQuad>(a, two, wide, one_ok, s)
+                : launch_qmv_int4_m16_x<ASYM, SSZ, 0>(a, two, wide, one_ok, s);
 }
 
 template <bool FP8, bool ASYM, int SSZ>

@@ -154,7 +154,13 @@ enum : int {
     // costs more than the loop saves, and the lm_head, where that pass is nothing, is already at the copy
     // rate.
     kQmvF16 = 262144,
-    kQmvF16Sub = 524288
+    kQmvF16Sub = 524288,
+    // 9..16 rows: x's group sums by two all-ones mma per B operand whose A fragment is that operand's x words
+    // as loaded (qmv_chunk_xsums XA), instead of one mma per k-tile with x as A (XT), whose A fragment takes
+    // one register from each operand and so costs four register moves a k-tile (SASS of session 39: 32
+    // IMAD.MOV per two chunks of the wide-weight form's 342 instructions). Another fp32 order of the same
+    // sums.
+    kQmvXsumQuad = 1048576
 };
 // The dynamic shared memory a launch may take with these ABL bits: kQmvAccSmem adds 16 KB of static shared
 // memory beside the 16 KB reduction buffer, and static + dynamic must stay within the 227 KB a block may opt
@@ -183,18 +189,34 @@ __device__ __forceinline__ void qmv_trace(const Args& a, int i) {
 }
 // x's sums over one chunk's four k-tiles (the zero point's term), as C fragments; `first`: the chunk opens a
 // scale group, so its first mma starts the sums. XT (9..16 rows, NH = 2): the k-tile's two B fragments are,
-// register for register, x's own A fragment (rows = the 16 tokens), so one mma against an all-ones B sums every
-// token, into xt (token r in lane 4 (r % 8), entry 2 (r / 8)); else one all-ones-A mma per B operand, into xs[h]
-// (entries 0 / 1: the lane's tokens 8 h + 2 t, + 1).
-template <bool XT, int NH, bool F16 = false>
+// register for register, x's own A fragment (rows = the 16 tokens), so one mma against an all-ones B sums
+// every token, into xt (token r in lane 4 (r % 8), entry 2 (r / 8)); else one all-ones-A mma per B operand,
+// into xs[h] (entries 0 / 1: the lane's tokens 8 h + 2 t, + 1). XA (9..16 rows, kQmvXsumQuad): each B
+// operand's two 16-byte x words (b0[h][0], b1[h][0], b0[h][1], b1[h][1] and the same for k-tiles 2, 3) are,
+// as loaded, an A fragment whose rows g and g + 8 both hold token g + 8 h (rows g the first eight channels of
+// each k-tile, rows g + 8 the last eight), so two mma per operand against an all-ones B sum the chunk for
+// that token without a register move: xa[h][0] + xa[h][2] is its sum.
+template <bool XT, int NH, bool F16 = false, bool XA = false>
 __device__ __forceinline__ void qmv_chunk_xsums(const uint32_t (&b0)[NH][4],
                                                 const uint32_t (&b1)[NH][4],
                                                 bool first,
                                                 float (&xt)[4],
-                                                float (&xs)[NH][4]) {
+                                                float (&xs)[NH][4],
+                                                float (&xa)[NH][4]) {
     constexpr uint32_t kOnes = F16 ? 0x3C003C00u : 0x3F803F80u;  // FP16x2 / BF16x2 of 1.0
-    static_assert(!F16 || !XT, "FP16: one row only");
-    if constexpr (XT) {
+    static_assert(!F16 || (!XT && !XA), "FP16: one row only");
+    if constexpr (XA) {
+#pragma unroll
+        for (int h = 0; h < NH; ++h)
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                const int k = 2 * p;
+                if (first && p == 0)
+                    mma_bf16_first(xa[h], b0[h][k], b1[h][k], b0[h][k + 1], b1[h][k + 1], kOnes, kOnes);
+                else
+                    mma_bf16(xa[h], b0[h][k], b1[h][k], b0[h][k + 1], b1[h][k + 1], kOnes, kOnes);
+            }
+    } else if constexpr (XT) {
         static_assert(NH == 2, "x as A holds 16 tokens");
 #pragma unroll
         for (int kt = 0; kt < 4; ++kt) {
@@ -219,6 +241,16 @@ __device__ __forceinline__ void qmv_chunk_xsums(const uint32_t (&b0)[NH][4],
                     mma_bf16(xs[h], kOnes, kOnes, kOnes, kOnes, b0[h][kt], b1[h][kt]);
                 }
             }
+    }
+}
+// XA's sums moved to the main mma's C layout: xs[h][0 / 1] = tokens 8 h + 2 t, + 1 (a lane of row group g
+// holds token g + 8 h's).
+template <int NH>
+__device__ __forceinline__ void qmv_xa_sums(const float (&xa)[NH][4], int t, float (&xs)[NH][4]) {
+#pragma unroll
+    for (int h = 0; h < NH; ++h) {
+        const float sum = xa[h][0] + xa[h][2];
+        xs[h][0] = __shfl_sync(0xFFFFFFFFu, sum, 8 * t), xs[h][1] = __shfl_sync(0xFFFFFFFFu, sum, 8 * t + 4);
     }
 }
 // XT's sums moved to the main mma's C layout: xs[h][0 / 1] = tokens 8 h + 2 t, + 1 (four shuffles).
@@ -259,8 +291,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // [0], token g + 8 in [2]) where the column form took one per B operand: a third of the kernel's mma at
     // sixteen rows. The flush moves the sums to the C layout of the main mma (tokens 2t, 2t + 1 per operand)
     // by four shuffles per group. kQmvSumCols: the column form (the A/B).
-    constexpr bool XT = MSUM && NH == 2 && (ABL & kQmvSumCols) == 0;
+    constexpr bool XQ = MSUM && NH == 2 && (ABL & kQmvXsumQuad) != 0;  // kQmvXsumQuad (qmv_chunk_xsums XA)
+    constexpr bool XT = MSUM && NH == 2 && (ABL & kQmvSumCols) == 0 && !XQ;
     float xt[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float xa[NH][4];
+#pragma unroll
+    for (int h = 0; h < NH; ++h) xa[h][0] = xa[h][1] = xa[h][2] = xa[h][3] = 0.0f;
     constexpr bool F16 = (ABL & kQmvF16) != 0;  // INT4 one row, the mma in FP16 (kQmvF16)
     static_assert(F16 || (ABL & kQmvF16Sub) == 0, "kQmvF16Sub goes with kQmvF16");
     static_assert(!F16 || (!MULTI && MSUM && !WSM && !PERS && (ABL & kQmvSerialStage) == 0),
@@ -645,7 +681,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             }
         }
         if constexpr (MSUM)
-            qmv_chunk_xsums<XT, NH, F16>(b0, b1, first, xt, xs);  // the tokens' sums of x over this chunk
+            qmv_chunk_xsums<XT, NH, F16, XQ>(b0, b1, first, xt, xs,
+                                             xa);  // the tokens' sums of x over this chunk
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
             uint32_t zx = 0x43084308u, zy = 0x43084308u;  // BF16x2 of 128 + z (symmetric: z = 8)
@@ -696,6 +733,12 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
         if constexpr (XT) {
             qmv_xt_sums(xt, t, xs);
             if (zero) xt[0] = xt[1] = xt[2] = xt[3] = 0.0f;
+        } else if constexpr (XQ) {
+            qmv_xa_sums(xa, t, xs);
+            if (zero) {
+#pragma unroll
+                for (int h = 0; h < NH; ++h) xa[h][0] = xa[h][1] = xa[h][2] = xa[h][3] = 0.0f;
+            }
         }
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
@@ -878,7 +921,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int FG = D == 1 ? 2 : D;
     if constexpr ((SSM || MULTI) &&
                   (ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum | kQmvSumCols |
-                           kQmvTrace | kQmvAccSmem | kQmvF16 | kQmvF16Sub)) == 0 &&
+                           kQmvTrace | kQmvAccSmem | kQmvF16 | kQmvF16Sub | kQmvXsumQuad)) == 0 &&
                   FG % 2 == 0) {
         // Scale groups of two chunks and a warp range of whole groups (g128 weights, K a multiple of 1024
         // channels): the flushes fall on fixed slots, each group's first mma starts its sum, and the loop
