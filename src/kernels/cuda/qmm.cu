@@ -248,12 +248,17 @@ bool qmv_m16_one() {
 }
 
 // INT4 at 9..16 rows: x's group sums by two mma per B operand on its x words as loaded (quant_qmv.cuh
-// kQmvXsumQuad) instead of one per k-tile with x as A, whose A fragment costs four register moves a k-tile.
-// GRIMOIRE_QMV_XSUMQ=1 takes it (the A/B; session 39).
+// kQmvXsumQuad) instead of one per k-tile with x as A, whose A fragment costs four register moves a k-tile
+// (the loop's SASS per two chunks: 342 -> 320 instructions on the wide-weight form, 362 -> 335 two tiles,
+// 196 -> 167 one tile). Measured on an H100 in one call (docs/BENCHMARKS.md, session 39; sixteen rows, us,
+// library x as A / these sums, two passes alternated): gate_up 41.78, 41.86 / 40.76, 40.61; down 23.75, 23.79
+// / 23.52, 23.49; q_gate 14.35, 14.41 / 13.98, 14.14; gdn_qkv 14.14, 13.88 / 13.75, 13.82; lm_head 269.5,
+// 270.2 / 261.9, 262.0; o_proj 9.48, 9.47 / 9.50, 9.59 (the variants: 1.4% faster). Another fp32 order of the
+// same sums. GRIMOIRE_QMV_XSUMQ=0 keeps x as A (the A/B).
 bool qmv_xsumq() {
     static const bool on = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_XSUMQ");
-        return e && e[0] == '1';
+        return !(e && e[0] == '0');
     }();
     return on;
 }

@@ -159,7 +159,7 @@ enum : int {
     // as loaded (qmv_chunk_xsums XA), instead of one mma per k-tile with x as A (XT), whose A fragment takes
     // one register from each operand and so costs four register moves a k-tile (SASS of session 39: 32
     // IMAD.MOV per two chunks of the wide-weight form's 342 instructions). Another fp32 order of the same
-    // sums.
+    // sums. qmm.cu launches it at 9..16 rows (session 39, H100: 1.4-3.1% faster on the six 27B shapes).
     kQmvXsumQuad = 1048576
 };
 // The dynamic shared memory a launch may take with these ABL bits: kQmvAccSmem adds 16 KB of static shared
@@ -286,11 +286,13 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // ZF: the group's x sums from the all-ones mma (2..16 rows, and one row with kQmvMmaSum), else staged.
     constexpr bool MSUM = ZF && (MULTI || (ABL & kQmvMmaSum) != 0);
     constexpr bool XSUM = ZF && !MSUM && (ABL & kQmvNoXsum) == 0;  // one row: chunk sums staged with x
-    // 9..16 rows (two B operands): the k-tile's two B fragments of x are, register for register, the A fragment
-    // of x itself (rows = the 16 tokens), so ONE mma with an all-ones B sums all 16 tokens (xt: token g in
-    // [0], token g + 8 in [2]) where the column form took one per B operand: a third of the kernel's mma at
-    // sixteen rows. The flush moves the sums to the C layout of the main mma (tokens 2t, 2t + 1 per operand)
-    // by four shuffles per group. kQmvSumCols: the column form (the A/B).
+    // 9..16 rows (two B operands): the k-tile's two B fragments of x are, register for register, the A
+    // fragment of x itself (rows = the 16 tokens), so ONE mma with an all-ones B sums all 16 tokens (xt:
+    // token g in [0], token g + 8 in [2]) where the column form took one per B operand: a third of the
+    // kernel's mma at sixteen rows. The flush moves the sums to the C layout of the main mma (tokens 2t, 2t +
+    // 1 per operand) by four shuffles per group. kQmvSumCols: the column form (the A/B). kQmvXsumQuad (XQ,
+    // qmm.cu's form since session 39): the same mma count on each operand's own x words, without XT's
+    // register moves.
     constexpr bool XQ = MSUM && NH == 2 && (ABL & kQmvXsumQuad) != 0;  // kQmvXsumQuad (qmv_chunk_xsums XA)
     constexpr bool XT = MSUM && NH == 2 && (ABL & kQmvSumCols) == 0 && !XQ;
     float xt[4] = {0.0f, 0.0f, 0.0f, 0.0f};
