@@ -522,6 +522,14 @@ std::vector<Group> groups(int sms) {
                  "msum_f16_ssm_ntb2_d2"))),
              inexact(early(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | qmm::kQmvF16, true>(
                  "msum_f16_ssm_ntb1_d4"))),
+             // x's group sums by two mma a chunk on the staged x words as an A fragment (kQmvXsumQuad), not
+             // four with an all-ones A.
+             inexact(early(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum | qmm::kQmvXsumQuad, true>(
+                 "msum_q_ssm_ntb2_d2_mb4"))),
+             inexact(early(kernel_variant<false, false, 2, 2, 3, qmm::kQmvMmaSum | qmm::kQmvXsumQuad, true>(
+                 "msum_q_ssm_ntb2_d2"))),
+             inexact(early(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | qmm::kQmvXsumQuad, true>(
+                 "msum_q_ssm_ntb1_d4"))),
              // The same with rows g less 1024 by HSUB2 (kQmvF16Sub: fp32 headroom, two FMA-pipe ops a word).
              inexact(
                  early(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvF16Sub,
@@ -533,36 +541,47 @@ std::vector<Group> groups(int sms) {
                  early(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvF16Sub,
                                       true>("msum_f16s_ssm_ntb1_d4"))),
          }});
-    g.push_back({"int4_m4",
-                 false,
-                 4,
-                 {
-                     kernel_variant<false, true, 1, 4, 3>("ntb1_d4"),
-                     kernel_variant<false, true, 2, 3, 3>("ntb2_d3"),
-                     kernel_variant<false, true, 2, 4, 2>("ntb2_d4_mb2"),
-                     kernel_variant<false, true, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
-                     kernel_variant<false, true, 2, 3, 3, 0, true>("ssm_ntb2_d3"),  // qmm.cu's INT4 2..8 rows
-                     kernel_variant<false, true, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
-                     kernel_variant<false, true, 2, 3, 4, 0, true>("ssm_ntb2_d3_mb4"),
-                     kernel_variant<false, true, 2, 2, 4, 0, true>("ssm_ntb2_d2_mb4"),
-                     // The same on the general loop, as qmm.cu ran one chunk in flight before session 28.
-                     kernel_variant<false, true, 2, 2, 4, qmm::kQmvGeneralLoop, true>("ssm_ntb2_d2_mb4_genloop"),
-                 }});
+    g.push_back(
+        {"int4_m4",
+         false,
+         4,
+         {
+             kernel_variant<false, true, 1, 4, 3>("ntb1_d4"),
+             kernel_variant<false, true, 2, 3, 3>("ntb2_d3"),
+             kernel_variant<false, true, 2, 4, 2>("ntb2_d4_mb2"),
+             kernel_variant<false, true, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
+             kernel_variant<false, true, 2, 3, 3, 0, true>("ssm_ntb2_d3"),  // qmm.cu's INT4 2..8 rows
+             // x's group sums by two mma a chunk on the loaded x words (kQmvXsumQuad), not four.
+             inexact(kernel_variant<false, true, 2, 3, 3, qmm::kQmvXsumQuad, true>("sumq_ssm_ntb2_d3")),
+             inexact(kernel_variant<false, true, 2, 2, 4, qmm::kQmvXsumQuad, true>("sumq_ssm_ntb2_d2_mb4")),
+             inexact(kernel_variant<false, true, 1, 4, 3, qmm::kQmvXsumQuad, true>("sumq_ssm_ntb1_d4")),
+             kernel_variant<false, true, 2, 4, 3, 0, true>("ssm_ntb2_d4"),
+             kernel_variant<false, true, 2, 3, 4, 0, true>("ssm_ntb2_d3_mb4"),
+             kernel_variant<false, true, 2, 2, 4, 0, true>("ssm_ntb2_d2_mb4"),
+             // The same on the general loop, as qmm.cu ran one chunk in flight before session 28.
+             kernel_variant<false, true, 2, 2, 4, qmm::kQmvGeneralLoop, true>("ssm_ntb2_d2_mb4_genloop"),
+         }});
     // 8 rows: the qmv kernel's variants and the library's dispatch.
-    g.push_back({"int4_m8",
-                 false,
-                 8,
-                 {
-                     kernel_variant<false, true, 1, 4, 3, 0, false, 8>("ntb1_d4"),
-                     kernel_variant<false, true, 2, 3, 3, 0, false, 8>("ntb2_d3"),
-                     kernel_variant<false, true, 1, 4, 3, 0, true, 8>("ssm_ntb1_d4"),
-                     kernel_variant<false, true, 2, 3, 3, 0, true, 8>("ssm_ntb2_d3"),
-                     kernel_variant<false, true, 2, 4, 3, 0, true, 8>("ssm_ntb2_d4"),
-                     kernel_variant<false, true, 2, 3, 4, 0, true, 8>("ssm_ntb2_d3_mb4"),
-                     kernel_variant<false, true, 2, 2, 4, 0, true, 8>("ssm_ntb2_d2_mb4"),
-                     kernel_variant<false, true, 2, 2, 4, qmm::kQmvGeneralLoop, true, 8>("ssm_ntb2_d2_mb4_genloop"),
-                     library<false>("library"),
-                 }});
+    g.push_back(
+        {"int4_m8",
+         false,
+         8,
+         {
+             kernel_variant<false, true, 1, 4, 3, 0, false, 8>("ntb1_d4"),
+             kernel_variant<false, true, 2, 3, 3, 0, false, 8>("ntb2_d3"),
+             kernel_variant<false, true, 1, 4, 3, 0, true, 8>("ssm_ntb1_d4"),
+             kernel_variant<false, true, 2, 3, 3, 0, true, 8>("ssm_ntb2_d3"),
+             // x's group sums by two mma a chunk on the loaded x words (kQmvXsumQuad), not four.
+             inexact(kernel_variant<false, true, 2, 3, 3, qmm::kQmvXsumQuad, true, 8>("sumq_ssm_ntb2_d3")),
+             inexact(
+                 kernel_variant<false, true, 2, 2, 4, qmm::kQmvXsumQuad, true, 8>("sumq_ssm_ntb2_d2_mb4")),
+             inexact(kernel_variant<false, true, 1, 4, 3, qmm::kQmvXsumQuad, true, 8>("sumq_ssm_ntb1_d4")),
+             kernel_variant<false, true, 2, 4, 3, 0, true, 8>("ssm_ntb2_d4"),
+             kernel_variant<false, true, 2, 3, 4, 0, true, 8>("ssm_ntb2_d3_mb4"),
+             kernel_variant<false, true, 2, 2, 4, 0, true, 8>("ssm_ntb2_d2_mb4"),
+             kernel_variant<false, true, 2, 2, 4, qmm::kQmvGeneralLoop, true, 8>("ssm_ntb2_d2_mb4_genloop"),
+             library<false>("library"),
+         }});
     // 16 rows: each A fragment meets two B operands (MAXM = 16).
     g.push_back(
         {"int4_m16",

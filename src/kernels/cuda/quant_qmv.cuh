@@ -293,7 +293,9 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // 1 per operand) by four shuffles per group. kQmvSumCols: the column form (the A/B). kQmvXsumQuad (XQ,
     // qmm.cu's form since session 39): the same mma count on each operand's own x words, without XT's
     // register moves.
-    constexpr bool XQ = MSUM && NH == 2 && (ABL & kQmvXsumQuad) != 0;  // kQmvXsumQuad (qmv_chunk_xsums XA)
+    // kQmvXsumQuad (qmv_chunk_xsums XA): qmm.cu's 9..16 rows; on one row and 2..8 rows (two mma a chunk
+    // instead of four) a bench variant.
+    constexpr bool XQ = MSUM && (ABL & kQmvXsumQuad) != 0;
     constexpr bool XT = MSUM && NH == 2 && (ABL & kQmvSumCols) == 0 && !XQ;
     float xt[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float xa[NH][4];
@@ -736,7 +738,10 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             qmv_xt_sums(xt, t, xs);
             if (zero) xt[0] = xt[1] = xt[2] = xt[3] = 0.0f;
         } else if constexpr (XQ) {
-            qmv_xa_sums(xa, t, xs);
+            if constexpr (MULTI)
+                qmv_xa_sums(xa, t, xs);
+            else  // one row: every lane's x words are the row's, so every lane holds the chunk sums
+                xs[0][0] = xa[0][0] + xa[0][2];
             if (zero) {
 #pragma unroll
                 for (int h = 0; h < NH; ++h) xa[h][0] = xa[h][1] = xa[h][2] = xa[h][3] = 0.0f;
