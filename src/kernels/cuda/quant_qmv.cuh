@@ -191,7 +191,7 @@ __device__ __forceinline__ void qmv_trace(const Args& a, int i) {
 // scale group, so its first mma starts the sums. XT (9..16 rows, NH = 2): the k-tile's two B fragments are,
 // register for register, x's own A fragment (rows = the 16 tokens), so one mma against an all-ones B sums
 // every token, into xt (token r in lane 4 (r % 8), entry 2 (r / 8)); else one all-ones-A mma per B operand,
-// into xs[h] (entries 0 / 1: the lane's tokens 8 h + 2 t, + 1). XA (9..16 rows, kQmvXsumQuad): each B
+// into xs[h] (entries 0 / 1: the lane's tokens 8 h + 2 t, + 1). XA (kQmvXsumQuad, any NH): each B
 // operand's two 16-byte x words (b0[h][0], b1[h][0], b0[h][1], b1[h][1] and the same for k-tiles 2, 3) are,
 // as loaded, an A fragment whose rows g and g + 8 both hold token g + 8 h (rows g the first eight channels of
 // each k-tile, rows g + 8 the last eight), so two mma per operand against an all-ones B sum the chunk for
@@ -290,11 +290,10 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // fragment of x itself (rows = the 16 tokens), so ONE mma with an all-ones B sums all 16 tokens (xt:
     // token g in [0], token g + 8 in [2]) where the column form took one per B operand: a third of the
     // kernel's mma at sixteen rows. The flush moves the sums to the C layout of the main mma (tokens 2t, 2t +
-    // 1 per operand) by four shuffles per group. kQmvSumCols: the column form (the A/B). kQmvXsumQuad (XQ,
-    // qmm.cu's form since session 39): the same mma count on each operand's own x words, without XT's
-    // register moves.
-    // kQmvXsumQuad (qmv_chunk_xsums XA): qmm.cu's 9..16 rows; on one row and 2..8 rows (two mma a chunk
-    // instead of four) a bench variant.
+    // 1 per operand) by four shuffles per group. kQmvSumCols: the column form (the A/B). XQ (kQmvXsumQuad,
+    // qmv_chunk_xsums XA; qmm.cu's form at 9..16 rows since session 39): the same mma count on each operand's
+    // own x words, without XT's register moves; on one row and 2..8 rows (two mma a chunk instead of four) a
+    // bench variant.
     constexpr bool XQ = MSUM && (ABL & kQmvXsumQuad) != 0;
     constexpr bool XT = MSUM && NH == 2 && (ABL & kQmvSumCols) == 0 && !XQ;
     float xt[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -684,9 +683,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 b0[h][2] = v.x, b1[h][2] = v.y, b0[h][3] = v.z, b1[h][3] = v.w;
             }
         }
-        if constexpr (MSUM)
-            qmv_chunk_xsums<XT, NH, F16, XQ>(b0, b1, first, xt, xs,
-                                             xa);  // the tokens' sums of x over this chunk
+        // The tokens' sums of x over this chunk.
+        if constexpr (MSUM) qmv_chunk_xsums<XT, NH, F16, XQ>(b0, b1, first, xt, xs, xa);
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
             uint32_t zx = 0x43084308u, zy = 0x43084308u;  // BF16x2 of 128 + z (symmetric: z = 8)
