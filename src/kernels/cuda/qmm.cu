@@ -167,23 +167,46 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     launch_ex(kernel, a, blocks, qmm::kQmvThreads, smem, device_is_hopper(), s);
 }
 
-// INT4 one row: each scale group's sum of x (the zero point's term) from one all-ones mma per k-tile, as 2..16
-// rows do, instead of chunk sums computed while staging x (quant_qmv.cuh kQmvMmaSum). Measured on the H200 in
-// one call (docs/BENCHMARKS.md, session 13; us, staged sums / mma sums, qmm.cu's blocks): gate_up 27.67 / 26.48,
-// down 16.51 / 15.78, q_gate 10.64 / 10.07, gdn_qkv 9.93 / 9.49, o_proj 7.73 / 7.39, lm_head 164.6 / 158.4: the
-// staging's sum pass (shuffles, a second read of x) sat between x landing and the first mma.
-// GRIMOIRE_QMV_MSUM=0 keeps the staged sums (the A/B).
-bool qmv_msum() {
+// INT4 x's group sums (the zero point's term: sum_k (q_k - z) x_k = sum_k (128 + q_k) x_k - (128 + z) sum_k
+// x_k) by two all-ones mma a k-tile whose A fragment is x's words as loaded (quant_qmv.cuh kQmvXsumQuad), at
+// every row count. At 9..16 rows it replaces one mma a k-tile with x as A, whose A fragment takes one
+// register from each B operand and so costs four register moves a k-tile (the loop's SASS per two chunks: 342
+// -> 320 instructions on the wide-weight form, 362 -> 335 two tiles, 196 -> 167 one tile); at one row (x
+// staged, kQmvMmaSum) and 2..8 rows it replaces four all-ones-A mma a chunk by two (one-row loop 181 -> 172).
+// Another fp32 order of the same sums. Measured (docs/BENCHMARKS.md, sessions 39 and 40; us, before / after):
+//   * H100, sixteen rows, library A/B alternated twice: gate_up 41.78, 41.86 / 40.76, 40.61;
+//   down 23.75, 23.79
+//     / 23.52, 23.49; q_gate 14.35, 14.41 / 13.98, 14.14; gdn_qkv 14.14, 13.88 / 13.75, 13.82; lm_head 269.5,
+//     270.2 / 261.9, 262.0; o_proj 9.48, 9.47 / 9.50, 9.59.
+//   * H200, bench_qmv_variants of qmm.cu's forms (two passes alike; the first here): one row gate_up 26.69 /
+//     26.09, down 16.22 / 15.39, q_gate 9.86 / 9.81, gdn_qkv 9.52 / 9.39, o_proj 6.87 / 6.67, lm_head 159.4 /
+//     155.9; four rows gate_up 29.16 / 28.44, down 17.04 / 16.73, q_gate 10.64 / 10.37, gdn_qkv 10.22
+//     / 10.00, o_proj 7.69 / 7.56, lm_head 187.9 / 177.9; eight rows alike (lm_head 192.4 / 182.8); sixteen
+//     rows gate_up 40.92 / 40.02, lm_head 261.4 / 255.5.
+// GRIMOIRE_QMV_XSUMQ=0 keeps the earlier sums (the A/B). It replaced GRIMOIRE_QMV_MSUM=0, the one-row chunk
+// sums computed while staging x (session 13, H200: 4-5% slower than the mma sums on every 27B shape).
+bool qmv_xsumq() {
     static const bool on = [] {
-        const char* e = std::getenv("GRIMOIRE_QMV_MSUM");
+        const char* e = std::getenv("GRIMOIRE_QMV_XSUMQ");
         return !(e && e[0] == '0');
     }();
     return on;
 }
+// One row (x staged; the group sums from the mma, kQmvMmaSum).
 template <bool ASYM, int SSZ, int NTB, int D, int MINB, int STAGE = 0>
 void launch_qmv_row(qmm::Args& a, cudaStream_t s) {
-    qmv_msum() ? launch_qmv_m<false, ASYM, SSZ, NTB, D, MINB, false, 8, STAGE | qmm::kQmvMmaSum>(a, s)
-               : launch_qmv_m<false, ASYM, SSZ, NTB, D, MINB, false, 8, STAGE>(a, s);
+    constexpr int kSum = STAGE | qmm::kQmvMmaSum;
+    qmv_xsumq() ? launch_qmv_m<false, ASYM, SSZ, NTB, D, MINB, false, 8, kSum | qmm::kQmvXsumQuad>(a, s)
+                : launch_qmv_m<false, ASYM, SSZ, NTB, D, MINB, false, 8, kSum>(a, s);
+}
+// 2..8 rows (x read through L1): FP8 as it was, INT4 with the sums above.
+template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB>
+void launch_qmv_rows8(qmm::Args& a, cudaStream_t s) {
+    if constexpr (!FP8) {
+        if (qmv_xsumq())
+            return launch_qmv_m<false, ASYM, SSZ, NTB, D, MINB, true, 8, qmm::kQmvXsumQuad>(a, s);
+    }
+    launch_qmv_m<FP8, ASYM, SSZ, NTB, D, MINB, true>(a, s);
 }
 
 // One block per NTB n-tiles over all of K: NTB = 2 when the weight has at least 4 n-tiles per SM, else 1, but
@@ -242,22 +265,6 @@ bool qmv_acs(const qmm::Args& a, bool fp8, bool asym) {
 bool qmv_m16_one() {
     static const bool on = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_M16_ONE");
-        return !(e && e[0] == '0');
-    }();
-    return on;
-}
-
-// INT4 at 9..16 rows: x's group sums by two mma per B operand on its x words as loaded (quant_qmv.cuh
-// kQmvXsumQuad) instead of one per k-tile with x as A, whose A fragment costs four register moves a k-tile
-// (the loop's SASS per two chunks: 342 -> 320 instructions on the wide-weight form, 362 -> 335 two tiles,
-// 196 -> 167 one tile). Measured on an H100 in one call (docs/BENCHMARKS.md, session 39; sixteen rows, us,
-// library x as A / these sums, two passes alternated): gate_up 41.78, 41.86 / 40.76, 40.61; down 23.75, 23.79
-// / 23.52, 23.49; q_gate 14.35, 14.41 / 13.98, 14.14; gdn_qkv 14.14, 13.88 / 13.75, 13.82; lm_head 269.5,
-// 270.2 / 261.9, 262.0; o_proj 9.48, 9.47 / 9.50, 9.59 (the variants: 1.4% faster). Another fp32 order of the
-// same sums. GRIMOIRE_QMV_XSUMQ=0 keeps x as A (the A/B).
-bool qmv_xsumq() {
-    static const bool on = [] {
-        const char* e = std::getenv("GRIMOIRE_QMV_XSUMQ");
         return !(e && e[0] == '0');
     }();
     return on;
@@ -346,10 +353,9 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         // q | k | v | z of 1024 n-tiles, the attention q | gate | k | v of 896): four per SM at one chunk in flight.
         // Session 17, same call (us, four / eight rows): q | k | v | z 16.10 -> 14.65 / 16.37 -> 14.58,
         // q | gate | k | v 14.42 -> 14.29 / 14.63 -> 14.45; q_gate (384 blocks) and gate_up keep three per SM.
-        if (mid && !wide && waves2) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 4, true>(a, s);
+        if (mid && !wide && waves2) return launch_qmv_rows8<FP8, ASYM, SSZ, 2, 2, 4>(a, s);
     }
-    two ? launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s)
-        : launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, true>(a, s);
+    two ? launch_qmv_rows8<FP8, ASYM, SSZ, 2, 3, 3>(a, s) : launch_qmv_rows8<FP8, ASYM, SSZ, 1, 4, 3>(a, s);
 }
 
 // Whether one launch takes the qmv kernel. Measured on the H200 against the M = 1..16 kernels at
@@ -388,7 +394,7 @@ void launch_qmv_glu(qmm::Args& a, cudaStream_t s) {
     } else {
         if (a.M > 8 || a.ldx % 64 != 0) throw Error("cuda qmm_fp8: glu parts for more than 8 rows or unaligned x");
     }
-    launch_qmv_m<FP8, ASYM, SSZ, 2, 3, 3, true>(a, s);
+    launch_qmv_rows8<FP8, ASYM, SSZ, 2, 3, 3>(a, s);
 }
 
 // The scale width is a template parameter (the kernel's scale loads); FP8 scales are always f32.

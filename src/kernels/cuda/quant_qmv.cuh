@@ -159,7 +159,9 @@ enum : int {
     // as loaded (qmv_chunk_xsums XA), instead of one mma per k-tile with x as A (XT), whose A fragment takes
     // one register from each operand and so costs four register moves a k-tile (SASS of session 39: 32
     // IMAD.MOV per two chunks of the wide-weight form's 342 instructions). Another fp32 order of the same
-    // sums. qmm.cu launches it at 9..16 rows (session 39, H100: 1.4-3.1% faster on the six 27B shapes).
+    // sums. One row (with kQmvMmaSum) and 2..8 rows: two such mma a chunk instead of four all-ones-A ones.
+    // qmm.cu launches it at every row count (H100, 9..16 rows: 1.4-3.1% faster on the six 27B shapes; H200:
+    // one row 0.5-5%, 2..8 rows 1.5-5%, sixteen 2%; docs/BENCHMARKS.md sessions 39-40).
     kQmvXsumQuad = 1048576
 };
 // The dynamic shared memory a launch may take with these ABL bits: kQmvAccSmem adds 16 KB of static shared
@@ -291,9 +293,9 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // token g in [0], token g + 8 in [2]) where the column form took one per B operand: a third of the
     // kernel's mma at sixteen rows. The flush moves the sums to the C layout of the main mma (tokens 2t, 2t +
     // 1 per operand) by four shuffles per group. kQmvSumCols: the column form (the A/B). XQ (kQmvXsumQuad,
-    // qmv_chunk_xsums XA; qmm.cu's form at 9..16 rows since session 39): the same mma count on each operand's
-    // own x words, without XT's register moves; on one row and 2..8 rows (two mma a chunk instead of four) a
-    // bench variant.
+    // qmv_chunk_xsums XA; qmm.cu's form at every row count since session 40): the same mma count on each
+    // operand's own x words, without XT's register moves; on one row and 2..8 rows two mma a chunk instead of
+    // four.
     constexpr bool XQ = MSUM && (ABL & kQmvXsumQuad) != 0;
     constexpr bool XT = MSUM && NH == 2 && (ABL & kQmvSumCols) == 0 && !XQ;
     float xt[4] = {0.0f, 0.0f, 0.0f, 0.0f};
