@@ -183,6 +183,10 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
 //     155.9; four rows gate_up 29.16 / 28.44, down 17.04 / 16.73, q_gate 10.64 / 10.37, gdn_qkv 10.22
 //     / 10.00, o_proj 7.69 / 7.56, lm_head 187.9 / 177.9; eight rows alike (lm_head 192.4 / 182.8); sixteen
 //     rows gate_up 40.92 / 40.02, lm_head 261.4 / 255.5.
+//   * H100, the library A/B alternated twice (session 40, bench/results/qmv_xsumq_rows_h100.json): one row
+//     0.1-1.5% faster, 2..16 rows 0.5-3.3% but the one-tile 2..8-row form (down, o_proj) 0-2.2% slower; the
+//     27B INT4 step 6.36 -> 6.31 ms. The H200, the reference card, has that form faster too, so it keeps
+//     them.
 // GRIMOIRE_QMV_XSUMQ=0 keeps the earlier sums (the A/B). It replaced GRIMOIRE_QMV_MSUM=0, the one-row chunk
 // sums computed while staging x (session 13, H200: 4-5% slower than the mma sums on every 27B shape).
 bool qmv_xsumq() {
