@@ -185,8 +185,11 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
 //     rows gate_up 40.92 / 40.02, lm_head 261.4 / 255.5.
 //   * H100, the library A/B alternated twice (session 40, bench/results/qmv_xsumq_rows_h100.json): one row
 //     0.1-1.5% faster, 2..16 rows 0.5-3.3% but the one-tile 2..8-row form (down, o_proj) 0-2.2% slower; the
-//     27B INT4 step 6.36 -> 6.31 ms. The H200, the reference card, has that form faster too, so it keeps
-//     them.
+//     27B INT4 step 6.36 -> 6.31 ms.
+//   * H200, the library A/B alternated twice (session 40, bench/results/qmv_xsumq_library_h200.json): one row
+//     0-3.9% faster, 2..16 rows 0.5-4.2% faster but for o_proj at eight rows (2% slower); the 27B INT4 step
+//     5.28 -> 5.20 ms (decode_ctx512_roofline 0.688 -> 0.700). The H200 is the reference card, so every form
+//     takes the new sums.
 // GRIMOIRE_QMV_XSUMQ=0 keeps the earlier sums (the A/B). It replaced GRIMOIRE_QMV_MSUM=0, the one-row chunk
 // sums computed while staging x (session 13, H200: 4-5% slower than the mma sums on every 27B shape).
 bool qmv_xsumq() {
