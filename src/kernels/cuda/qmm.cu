@@ -173,23 +173,15 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
 // register from each B operand and so costs four register moves a k-tile (the loop's SASS per two chunks: 342
 // -> 320 instructions on the wide-weight form, 362 -> 335 two tiles, 196 -> 167 one tile); at one row (x
 // staged, kQmvMmaSum) and 2..8 rows it replaces four all-ones-A mma a chunk by two (one-row loop 181 -> 172).
-// Another fp32 order of the same sums. Measured (docs/BENCHMARKS.md, sessions 39 and 40; us, before / after):
-//   * H100, sixteen rows, library A/B alternated twice: gate_up 41.78, 41.86 / 40.76, 40.61;
-//   down 23.75, 23.79
-//     / 23.52, 23.49; q_gate 14.35, 14.41 / 13.98, 14.14; gdn_qkv 14.14, 13.88 / 13.75, 13.82; lm_head 269.5,
-//     270.2 / 261.9, 262.0; o_proj 9.48, 9.47 / 9.50, 9.59.
-//   * H200, bench_qmv_variants of qmm.cu's forms (two passes alike; the first here): one row gate_up 26.69 /
-//     26.09, down 16.22 / 15.39, q_gate 9.86 / 9.81, gdn_qkv 9.52 / 9.39, o_proj 6.87 / 6.67, lm_head 159.4 /
-//     155.9; four rows gate_up 29.16 / 28.44, down 17.04 / 16.73, q_gate 10.64 / 10.37, gdn_qkv 10.22
-//     / 10.00, o_proj 7.69 / 7.56, lm_head 187.9 / 177.9; eight rows alike (lm_head 192.4 / 182.8); sixteen
-//     rows gate_up 40.92 / 40.02, lm_head 261.4 / 255.5.
-//   * H100, the library A/B alternated twice (session 40, bench/results/qmv_xsumq_rows_h100.json): one row
-//     0.1-1.5% faster, 2..16 rows 0.5-3.3% but the one-tile 2..8-row form (down, o_proj) 0-2.2% slower; the
-//     27B INT4 step 6.36 -> 6.31 ms.
-//   * H200, the library A/B alternated twice (session 40, bench/results/qmv_xsumq_library_h200.json): one row
-//     0-3.9% faster, 2..16 rows 0.5-4.2% faster but for o_proj at eight rows (2% slower); the 27B INT4 step
-//     5.28 -> 5.20 ms (decode_ctx512_roofline 0.688 -> 0.700). The H200 is the reference card, so every form
-//     takes the new sums.
+// Another fp32 order of the same sums. Measured, the library A/B alternated twice in one call
+// (docs/BENCHMARKS.md sessions 39-40; bench/results/qmv_xsumq_library_h200.json, qmv_xsumq_rows_h100.json,
+// qmv_m16_xsumq_h100.json):
+//   * H200: one row 0-3.9% faster (down 16.31 -> 15.72 us), 2..16 rows 0.5-4.2% faster (lm_head at four rows
+//     -3.7%) but o_proj at eight rows 2% slower; the 27B INT4 step 5.28 -> 5.20 ms (decode_ctx512_roofline
+//     0.688 -> 0.700).
+//   * H100: one row 0.1-1.5% faster, 9..16 rows 1.4-3.3% (gate_up 41.8 -> 40.7 us), but the one-tile 2..8-row
+//     form (down, o_proj) 0-2.2% slower; the 27B INT4 step 6.36 -> 6.31 ms. The H200 is the reference card,
+//     so every form takes the new sums.
 // GRIMOIRE_QMV_XSUMQ=0 keeps the earlier sums (the A/B). It replaced GRIMOIRE_QMV_MSUM=0, the one-row chunk
 // sums computed while staging x (session 13, H200: 4-5% slower than the mma sums on every 27B shape).
 bool qmv_xsumq() {
