@@ -83,6 +83,9 @@ if want tests; then
     rerun pdl0 GRIMOIRE_PDL=0 -- test_cuda_decode_ops test_cuda_model
     # Session 17's launch order and one-row dispatch switched off (the projection launched ahead of add_rmsnorm,
     # the qmv kernel's early dependents' launch, the staged blocks from 4 to 8 n-tiles per SM).
+    # INT4's earlier x-sum forms (GRIMOIRE_QMV_XSUMQ=0, the A/B of the default since session 40), against the same
+    # CPU references.
+    rerun xsumq0 GRIMOIRE_QMV_XSUMQ=0 -- test_cuda_quant test_cuda_quant_stack
     rerun ahead0 GRIMOIRE_PDL_AHEAD=0 GRIMOIRE_QMV_EARLY=0 GRIMOIRE_QMV_MID=0 -- test_cuda_model test_cuda_graph_segments test_cuda_quant
     # FP8 prefill through the dequant pass + cuBLAS BF16 (GRIMOIRE_FP8_GEMM=0), where the default takes the W8A8
     # FP8 GEMM for 128 x 128-block weights.

@@ -160,8 +160,7 @@ enum : int {
     // one register from each operand and so costs four register moves a k-tile (SASS of session 39: 32
     // IMAD.MOV per two chunks of the wide-weight form's 342 instructions). Another fp32 order of the same
     // sums. One row (with kQmvMmaSum) and 2..8 rows: two such mma a chunk instead of four all-ones-A ones.
-    // qmm.cu launches it at every row count (H100, 9..16 rows: 1.4-3.1% faster on the six 27B shapes; H200:
-    // one row 0.5-5%, 2..8 rows 1.5-5%, sixteen 2%; docs/BENCHMARKS.md sessions 39-40).
+    // qmm.cu launches it at every row count (its qmv_xsumq gives the measurements).
     kQmvXsumQuad = 1048576
 };
 // The dynamic shared memory a launch may take with these ABL bits: kQmvAccSmem adds 16 KB of static shared
