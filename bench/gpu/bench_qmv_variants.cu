@@ -638,6 +638,16 @@ std::vector<Group> groups(int sms) {
              kernel_variant<false, true, 2, 3, 2, kQmvNoX | kQmvNoMma | kQmvNoDequant, true, 16>(
                  "abl_nocomp_ntb2_d3_mb2"),
              kernel_variant<false, true, 2, 2, 3, kQmvNoX, true, 16>("abl_nox_ntb2_d2"),
+             // Session 41: qmm.cu's sixteen-row forms without x's group sums (kQmvNoXsum: no all-ones mma, no
+             // shuffles at the flush), what sums made once per launch could save at most.
+             kernel_variant<false, true, 2, 3, 3, qmm::kQmvAccSmem | qmm::kQmvXsumQuad | qmm::kQmvNoXsum,
+                            true, 16>("abl_noxsum_acs_ntb2_d3_mb3"),
+             kernel_variant<false, true, 2, 3, 2, qmm::kQmvXsumQuad | qmm::kQmvNoXsum, true, 16>(
+                 "abl_noxsum_ntb2_d3_mb2"),
+             kernel_variant<false, true, 2, 2, 3, qmm::kQmvXsumQuad | qmm::kQmvNoXsum, true, 16>(
+                 "abl_noxsum_ntb2_d2"),
+             kernel_variant<false, true, 1, 2, 3, qmm::kQmvXsumQuad | qmm::kQmvNoXsum, true, 16>(
+                 "abl_noxsum_ntb1_d2"),
              // The zero point subtracted from each weight in BF16 (kQmvSubZ): no all-ones mma for x's group
              // sums (a third of the mma at sixteen rows), four more BF16 subtractions per 8 weights.
              inexact(kernel_variant<false, true, 2, 3, 2, qmm::kQmvSubZ, true, 16>("subz_ntb2_d3_mb2")),

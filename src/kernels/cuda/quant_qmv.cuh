@@ -121,7 +121,8 @@ enum : int {
     kQmvSerialStage = 256,
     kQmvPf1 = 512,  // L2 prefetch of a window of 4 chunks beyond the register slots (kQmvPf2: 8; both: 12)
     kQmvPf2 = 1024,
-    kQmvNoXsum = 2048,  // ablation: one row without the chunk sums of x (wrong results)
+    kQmvNoXsum =
+        2048,  // ablation: without x's sums, staged or from the mma, at any row count (wrong results)
     // One row: the group's x sum from an all-ones mma per k-tile (as 2..16 rows), not staged.
     kQmvMmaSum = 4096,
     // 9..16 rows: the x sums by one all-ones mma per B operand (the form before session 19).
@@ -296,6 +297,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // operand's own x words, without XT's register moves; on one row and 2..8 rows two mma a chunk instead of
     // four.
     constexpr bool XQ = MSUM && (ABL & kQmvXsumQuad) != 0;
+    // The ablation kQmvNoXsum on 2..16 rows (and one row with kQmvMmaSum): no all-ones mma, no sums moved.
+    constexpr bool NOXS = MSUM && (ABL & kQmvNoXsum) != 0;
     constexpr bool XT = MSUM && NH == 2 && (ABL & kQmvSumCols) == 0 && !XQ;
     float xt[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float xa[NH][4];
@@ -685,7 +688,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             }
         }
         // The tokens' sums of x over this chunk.
-        if constexpr (MSUM) qmv_chunk_xsums<XT, NH, F16, XQ>(b0, b1, first, xt, xs, xa);
+        if constexpr (MSUM && !NOXS) qmv_chunk_xsums<XT, NH, F16, XQ>(b0, b1, first, xt, xs, xa);
 #pragma unroll
         for (int j = 0; j < NTB; ++j) {
             uint32_t zx = 0x43084308u, zy = 0x43084308u;  // BF16x2 of 128 + z (symmetric: z = 8)
@@ -733,7 +736,9 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // clear cur for the next group.
     // ZF: each sum less (128 + z) times the group's x sum first.
     auto flush = [&](int s, bool zero) {
-        if constexpr (XT) {
+        if constexpr (NOXS) {
+            // the ablation: no sums to move
+        } else if constexpr (XT) {
             qmv_xt_sums(xt, t, xs);
             if (zero) xt[0] = xt[1] = xt[2] = xt[3] = 0.0f;
         } else if constexpr (XQ) {
