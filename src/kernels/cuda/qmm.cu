@@ -152,10 +152,19 @@ size_t qmv_launch_smem(const qmm::Args& a, bool fp8, bool asym) {
     return qmv_ssm(fp8) ? qmm::qmv_smem_ssm(a, 2, asym, staged) : qmm::qmv_smem(a, staged);
 }
 
-template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB, bool MULTI, int MAXM = 8, int STAGE = 0>
+template <bool FP8,
+          bool ASYM,
+          int SSZ,
+          int NTB,
+          int D,
+          int MINB,
+          bool MULTI,
+          int MAXM = 8,
+          int STAGE = 0,
+          bool WSM = false>
 void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     constexpr bool kSsm = qmv_ssm(FP8);
-    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, STAGE, kSsm, MAXM>;
+    auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, STAGE, kSsm, MAXM, WSM>;
     static const bool attr_set = [&] {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(qmm::qmv_max_dyn_smem(STAGE)));
@@ -163,7 +172,10 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     }();
     (void)attr_set;
     const int blocks = (a.NT + NTB - 1) / NTB;
-    const size_t smem = kSsm ? qmm::qmv_smem_ssm(a, NTB, ASYM, !MULTI) : qmm::qmv_smem(a, !MULTI);
+    const size_t smem =
+        WSM    ? qmm::qmv_ring_offset(a, NTB, ASYM, !MULTI, kSsm) + qmm::qmv_ring_bytes(D, NTB, FP8)
+        : kSsm ? qmm::qmv_smem_ssm(a, NTB, ASYM, !MULTI)
+               : qmm::qmv_smem(a, !MULTI);
     launch_ex(kernel, a, blocks, qmm::kQmvThreads, smem, device_is_hopper(), s);
 }
 
@@ -197,6 +209,26 @@ void launch_qmv_row(qmm::Args& a, cudaStream_t s) {
     constexpr int kSum = STAGE | qmm::kQmvMmaSum;
     qmv_xsumq() ? launch_qmv_m<false, ASYM, SSZ, NTB, D, MINB, false, 8, kSum | qmm::kQmvXsumQuad>(a, s)
                 : launch_qmv_m<false, ASYM, SSZ, NTB, D, MINB, false, 8, kSum>(a, s);
+}
+// INT4 one row on one-tile blocks whose warps walk at most kQmvDeep chunks (K <= 6144: the 27B out_proj and
+// o_proj, which run right after the mixers): with GRIMOIRE_QMV_DEEP=1 every chunk's weights are asked for
+// before the programmatic-launch wait, into each warp's shared-memory ring (quant_qmv.cuh WSM; the same bits
+// as the register slots), so that under the mixer they are launched ahead of (PDL_AHEAD_MIXER) the whole
+// weight, not the first four chunks a warp, streams while HBM would idle. Off by default until measured.
+constexpr int kQmvDeep = 12;
+bool qmv_deep(const qmm::Args& a) {
+    static const bool on = [] {
+        const char* e = std::getenv("GRIMOIRE_QMV_DEEP");
+        return e && e[0] == '1';
+    }();
+    return on && a.M == 1 && a.KC <= kQmvDeep * qmm::kQmvWarps &&
+           qmm::qmv_ring_offset(a, 1, true, true, true) + qmm::qmv_ring_bytes(kQmvDeep, 1, false) <=
+               qmm::kQmvMaxSmem;
+}
+template <bool ASYM, int SSZ>
+void launch_qmv_row_deep(qmm::Args& a, cudaStream_t s) {
+    constexpr int kSum = qmm::kQmvMmaSum | qmm::kQmvXsumQuad;
+    launch_qmv_m<false, ASYM, SSZ, 1, kQmvDeep, 3, false, 8, kSum, true>(a, s);
 }
 // 2..8 rows (x read through L1): FP8 as it was, INT4 with the sums above.
 template <bool FP8, bool ASYM, int SSZ, int NTB, int D, int MINB>
@@ -318,6 +350,7 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         if constexpr (!FP8) {
             if (wide) return launch_qmv_row<ASYM, SSZ, 2, 2, 3, qmm::kQmvBlockStage>(a, s);
             if (two) return launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
+            if (qmv_deep(a) && qmv_xsumq()) return launch_qmv_row_deep<ASYM, SSZ>(a, s);
             return launch_qmv_row<ASYM, SSZ, 1, 4, 3>(a, s);
         }
         // FP8 one row on these blocks keeps the early dependents' launch too. Back-to-back launches of one weight
