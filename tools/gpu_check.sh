@@ -48,7 +48,7 @@ COMMIT=${GRIMOIRE_COMMIT:-$(cat "$BUILD/COMMIT" 2>/dev/null || git rev-parse --s
 
 status=0
 # GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, chain, bf16, quant, variants, w8a8, e2e,
-# ablation, clocks), default all.
+# ablation, deep, defaults, clocks), default all.
 # A device command is limited in time: the sections can be split over calls.
 want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
 if want tests; then
@@ -223,6 +223,42 @@ json.dump({"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-
            "metrics": metrics, "ratios": ratios}, open(dst, "w"), indent=1)
 PY
     rm -rf "$abl"
+fi
+if want deep; then
+    # GRIMOIRE_QMV_DEEP=1 (session 41, off by default until measured): INT4 one row on the K <= 6144 one-tile
+    # weights asks for every chunk before the programmatic-launch wait. The INT4 tests with it, then its A/B:
+    # the one-row kernel record and the 27B INT4 decode, alternated 0/1/0/1.
+    echo "== GRIMOIRE_QMV_DEEP=1: INT4 tests, then the A/B (one-row kernels, 27B INT4 decode)"
+    for t in test_cuda_quant test_cuda_quant_stack test_cuda_model; do
+        [ -x "$BUILD/tests/$t" ] || continue
+        GRIMOIRE_QMV_DEEP=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/tests/$t" || status=1
+    done
+    for v in 0 1 0 1; do
+        GRIMOIRE_QMV_DEEP=$v timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
+            --quant gptq --commit "$COMMIT" --out "$OUT/qwen35_27b_int4_deep$v.json" | grep -E "decode ctx +512" || status=1
+    done
+    for v in 0 1; do
+        GRIMOIRE_QMV_DEEP=$v timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --only int4 --rows 1 \
+            --commit "$COMMIT" --out "$OUT/quant_kernels_int4_m1_deep$v.json" | grep -E "int4 +(o_proj|down) " || status=1
+    done
+fi
+if want defaults; then
+    # The defaults sessions 29-38 chose on an H100 only, A/B on this card: GRIMOIRE_QMV_ACS and
+    # GRIMOIRE_QMV_M16_ONE (kernel record at 1 and 16 rows), GRIMOIRE_PDL_AHEAD_MIXER (27B decode), twice each.
+    echo "== A/B of GRIMOIRE_QMV_ACS, GRIMOIRE_QMV_M16_ONE, GRIMOIRE_PDL_AHEAD_MIXER"
+    for p in 1 2; do
+        for e in GRIMOIRE_QMV_ACS=1 GRIMOIRE_QMV_ACS=0 GRIMOIRE_QMV_M16_ONE=0; do
+            env "$e" timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --rows 1,16 --commit "$COMMIT" \
+                --out "$OUT/quant_kernels_${e#GRIMOIRE_}_p$p.json" > /dev/null || status=1
+        done
+        for m in 1 0; do
+            for q in gptq fp8; do
+                GRIMOIRE_PDL_AHEAD_MIXER=$m timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" \
+                    --random-weights --quant $q --commit "$COMMIT" --out "$OUT/qwen35_27b_${q}_mixer${m}_p$p.json" |
+                    grep -E "decode ctx +512" || status=1
+            done
+        done
+    done
 fi
 if want clocks; then
     # The card's SM / memory clocks, power, temperature and clock-event (throttle) reasons every 20 ms beside the
