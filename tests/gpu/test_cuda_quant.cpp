@@ -171,7 +171,12 @@ INSTANTIATE_TEST_SUITE_P(
                       // chunk in flight (9..16 rows; 2..8 rows too past 3 x 132 two-tile blocks) on the
                       // fixed-group loop, a partial last n-tile
                       Int4Case{12300, 2048, 128, false, true, 0},
-                      Int4Case{14001, 1024, 128, true, false, 1}));
+                      Int4Case{14001, 1024, 128, true, false, 1},
+                      // K = 6144 and 6080 (12 chunks a warp, and 11-12 with a half group at the end) on one-tile
+                      // blocks: with GRIMOIRE_QMV_DEEP=1 (tools/gpu_check.sh's rerun) one row takes the
+                      // shared-memory ring at its full depth, on the fixed-group and the general loop
+                      Int4Case{330, 6144, 128, false, false, 1},
+                      Int4Case{161, 6080, 128, true, true, 0}));
 
 // Groups the qmm kernel does not take (not 16, 32 or a multiple of 64 channels) run every M through the
 // dequant + GEMM path: BF16-rounded weights, so the prefill tolerance applies to every M.
