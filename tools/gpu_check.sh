@@ -51,6 +51,20 @@ status=0
 # ablation, deep, defaults, clocks), default all.
 # A device command is limited in time: the sections can be split over calls.
 want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
+# rerun TAG VAR=VALUE... -- TEST...: the GPU tests named, again with the environment given (results $t_TAG.xml).
+rerun() {
+    local tag=$1 envs=() t exe
+    shift
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    for t in "$@"; do
+        exe="$BUILD/tests/$t"
+        [ -x "$exe" ] || continue
+        env "${envs[@]}" timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/${t}_$tag.xml" ||
+            status=1
+        echo "$t with ${envs[*]} done"
+    done
+}
 if want tests; then
     echo "== GPU tests"
     for t in $(cd tests/gpu && ls test_*.cpp | sed 's/\.cpp$//'); do
@@ -60,20 +74,6 @@ if want tests; then
         timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/$t.xml" || status=1
         echo "$t: $((SECONDS - start)) s"
     done
-    # rerun TAG VAR=VALUE... -- TEST...: the GPU tests named, again with the environment given (results $t_TAG.xml).
-    rerun() {
-        local tag=$1 envs=() t exe
-        shift
-        while [ "$1" != "--" ]; do envs+=("$1"); shift; done
-        shift
-        for t in "$@"; do
-            exe="$BUILD/tests/$t"
-            [ -x "$exe" ] || continue
-            env "${envs[@]}" timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$exe" --gtest_output="xml:$OUT/${t}_$tag.xml" ||
-                status=1
-            echo "$t with ${envs[*]} done"
-        done
-    }
     # The quantized tests again with each M <= 16 kernel forced: by default M = 1..8 (INT4; FP8 1..4) take the qmv kernel
     # (quant_qmv.cuh), larger M FP8 the Hopper kernel on sm_90 and INT4 the cp.async one. GRIMOIRE_QMV=0 sends those
     # to the M <= 16 kernels too, and GRIMOIRE_QMM_TMA picks between those.
@@ -81,11 +81,14 @@ if want tests; then
     rerun tma_all GRIMOIRE_QMV=0 GRIMOIRE_QMM_TMA=all -- test_cuda_quant
     # The decode-step kernels launch with programmatic dependent launch on Hopper: also check them launched plainly.
     rerun pdl0 GRIMOIRE_PDL=0 -- test_cuda_decode_ops test_cuda_model
-    # Session 17's launch order and one-row dispatch switched off (the projection launched ahead of add_rmsnorm,
-    # the qmv kernel's early dependents' launch, the staged blocks from 4 to 8 n-tiles per SM).
     # INT4's earlier x-sum forms (GRIMOIRE_QMV_XSUMQ=0, the A/B of the default since session 40), against the same
     # CPU references.
     rerun xsumq0 GRIMOIRE_QMV_XSUMQ=0 -- test_cuda_quant test_cuda_quant_stack
+    # The opt-in GRIMOIRE_QMV_DEEP=1 (session 41: INT4 one row, K <= 6144 one-tile weights, every chunk before the
+    # programmatic-launch wait into a shared-memory ring), against the same CPU references.
+    rerun deep1 GRIMOIRE_QMV_DEEP=1 -- test_cuda_quant test_cuda_quant_stack test_cuda_model
+    # Session 17's launch order and one-row dispatch switched off (the projection launched ahead of add_rmsnorm,
+    # the qmv kernel's early dependents' launch, the staged blocks from 4 to 8 n-tiles per SM).
     rerun ahead0 GRIMOIRE_PDL_AHEAD=0 GRIMOIRE_QMV_EARLY=0 GRIMOIRE_QMV_MID=0 -- test_cuda_model test_cuda_graph_segments test_cuda_quant
     # FP8 prefill through the dequant pass + cuBLAS BF16 (GRIMOIRE_FP8_GEMM=0), where the default takes the W8A8
     # FP8 GEMM for 128 x 128-block weights.
@@ -226,13 +229,11 @@ PY
 fi
 if want deep; then
     # GRIMOIRE_QMV_DEEP=1 (session 41, off by default until measured): INT4 one row on the K <= 6144 one-tile
-    # weights asks for every chunk before the programmatic-launch wait. The INT4 tests with it, then its A/B:
+    # weights asks for every chunk before the programmatic-launch wait. The INT4 tests with it (the tests
+    # section's rerun, when that section is not run), then its A/B:
     # the one-row kernel record and the 27B INT4 decode, alternated 0/1/0/1.
     echo "== GRIMOIRE_QMV_DEEP=1: INT4 tests, then the A/B (one-row kernels, 27B INT4 decode)"
-    for t in test_cuda_quant test_cuda_quant_stack test_cuda_model; do
-        [ -x "$BUILD/tests/$t" ] || continue
-        GRIMOIRE_QMV_DEEP=1 timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/tests/$t" || status=1
-    done
+    want tests || rerun deep1 GRIMOIRE_QMV_DEEP=1 -- test_cuda_quant test_cuda_quant_stack test_cuda_model
     for v in 0 1 0 1; do
         GRIMOIRE_QMV_DEEP=$v timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
             --quant gptq --commit "$COMMIT" --out "$OUT/qwen35_27b_int4_deep$v.json" | grep -E "decode ctx +512" || status=1

@@ -214,14 +214,15 @@ void launch_qmv_row(qmm::Args& a, cudaStream_t s) {
 // o_proj, which run right after the mixers): with GRIMOIRE_QMV_DEEP=1 every chunk's weights are asked for
 // before the programmatic-launch wait, into each warp's shared-memory ring (quant_qmv.cuh WSM; the same bits
 // as the register slots), so that under the mixer they are launched ahead of (PDL_AHEAD_MIXER) the whole
-// weight, not the first four chunks a warp, streams while HBM would idle. Off by default until measured.
+// weight, not the first four chunks a warp, streams while HBM would idle. Off by default until measured;
+// with the x sums of qmv_xsumq only.
 constexpr int kQmvDeep = 12;
 bool qmv_deep(const qmm::Args& a) {
     static const bool on = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_DEEP");
         return e && e[0] == '1';
     }();
-    return on && a.M == 1 && a.KC <= kQmvDeep * qmm::kQmvWarps &&
+    return on && qmv_xsumq() && a.M == 1 && a.KC <= kQmvDeep * qmm::kQmvWarps &&
            qmm::qmv_ring_offset(a, 1, true, true, true) + qmm::qmv_ring_bytes(kQmvDeep, 1, false) <=
                qmm::kQmvMaxSmem;
 }
@@ -350,7 +351,7 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         if constexpr (!FP8) {
             if (wide) return launch_qmv_row<ASYM, SSZ, 2, 2, 3, qmm::kQmvBlockStage>(a, s);
             if (two) return launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
-            if (qmv_deep(a) && qmv_xsumq()) return launch_qmv_row_deep<ASYM, SSZ>(a, s);
+            if (qmv_deep(a)) return launch_qmv_row_deep<ASYM, SSZ>(a, s);
             return launch_qmv_row<ASYM, SSZ, 1, 4, 3>(a, s);
         }
         // FP8 one row on these blocks keeps the early dependents' launch too. Back-to-back launches of one weight

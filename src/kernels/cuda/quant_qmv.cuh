@@ -121,8 +121,7 @@ enum : int {
     kQmvSerialStage = 256,
     kQmvPf1 = 512,  // L2 prefetch of a window of 4 chunks beyond the register slots (kQmvPf2: 8; both: 12)
     kQmvPf2 = 1024,
-    kQmvNoXsum =
-        2048,  // ablation: without x's sums, staged or from the mma, at any row count (wrong results)
+    kQmvNoXsum = 2048,  // ablation: no x sums, staged or from the mma, any row count (wrong results)
     // One row: the group's x sum from an all-ones mma per k-tile (as 2..16 rows), not staged.
     kQmvMmaSum = 4096,
     // 9..16 rows: the x sums by one all-ones mma per B operand (the form before session 19).
