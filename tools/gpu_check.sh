@@ -228,7 +228,7 @@ PY
     rm -rf "$abl"
 fi
 if want deep; then
-    # GRIMOIRE_QMV_DEEP=1 (session 41, off by default until measured): INT4 one row on the K <= 6144 one-tile
+    # GRIMOIRE_QMV_DEEP=1 (session 41; off: slower on the H100, session 42): INT4 one row on the K <= 6144 one-tile
     # weights asks for every chunk before the programmatic-launch wait. The INT4 tests with it (the tests
     # section's rerun, when that section is not run), then its A/B:
     # the one-row kernel record and the 27B INT4 decode, alternated 0/1/0/1.

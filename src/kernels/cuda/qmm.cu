@@ -214,8 +214,9 @@ void launch_qmv_row(qmm::Args& a, cudaStream_t s) {
 // o_proj, which run right after the mixers): with GRIMOIRE_QMV_DEEP=1 every chunk's weights are asked for
 // before the programmatic-launch wait, into each warp's shared-memory ring (quant_qmv.cuh WSM; the same bits
 // as the register slots), so that under the mixer they are launched ahead of (PDL_AHEAD_MIXER) the whole
-// weight, not the first four chunks a warp, streams while HBM would idle. Off by default until measured;
-// with the x sums of qmv_xsumq only.
+// weight, not the first four chunks a warp, streams while HBM would idle. With the x sums of qmv_xsumq only.
+// Off: measured on the H100 (session 42, bench/results/qmv_deep_h100.json) o_proj alone 7.56 -> 8.92 us and
+// the 27B INT4 decode 0.3% slower; the overlap under the mixer wins back only part of the ring's cost.
 constexpr int kQmvDeep = 12;
 bool qmv_deep(const qmm::Args& a) {
     static const bool on = [] {
