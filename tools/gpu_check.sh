@@ -250,7 +250,7 @@ if want defaults; then
     for p in 1 2; do
         for e in GRIMOIRE_QMV_ACS=1 GRIMOIRE_QMV_ACS=0 GRIMOIRE_QMV_M16_ONE=0; do
             env "$e" timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --rows 1,16 --commit "$COMMIT" \
-                --out "$OUT/quant_kernels_${e#GRIMOIRE_}_p$p.json" > /dev/null || status=1
+                --out "$OUT/quant_kernels_$(echo "${e#GRIMOIRE_}" | tr = _)_p$p.json" > /dev/null || status=1
         done
         for m in 1 0; do
             for q in gptq fp8; do
