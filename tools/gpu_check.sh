@@ -234,9 +234,10 @@ if want deep; then
     # the one-row kernel record and the 27B INT4 decode, alternated 0/1/0/1.
     echo "== GRIMOIRE_QMV_DEEP=1: INT4 tests, then the A/B (one-row kernels, 27B INT4 decode)"
     want tests || rerun deep1 GRIMOIRE_QMV_DEEP=1 -- test_cuda_quant test_cuda_quant_stack test_cuda_model
-    for v in 0 1 0 1; do
-        GRIMOIRE_QMV_DEEP=$v timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
-            --quant gptq --commit "$COMMIT" --out "$OUT/qwen35_27b_int4_deep$v.json" | grep -E "decode ctx +512" || status=1
+    for run in 0_p1 1_p1 0_p2 1_p2; do
+        GRIMOIRE_QMV_DEEP=${run%_*} timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
+            --quant gptq --commit "$COMMIT" --out "$OUT/qwen35_27b_int4_deep$run.json" | grep -E "decode ctx +512" ||
+            status=1
     done
     for v in 0 1; do
         GRIMOIRE_QMV_DEEP=$v timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --only int4 --rows 1 \
@@ -249,8 +250,9 @@ if want defaults; then
     echo "== A/B of GRIMOIRE_QMV_ACS, GRIMOIRE_QMV_M16_ONE, GRIMOIRE_PDL_AHEAD_MIXER"
     for p in 1 2; do
         for e in GRIMOIRE_QMV_ACS=1 GRIMOIRE_QMV_ACS=0 GRIMOIRE_QMV_M16_ONE=0; do
+            n=${e#GRIMOIRE_}  # the device tool returns no file whose name holds '='
             env "$e" timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --rows 1,16 --commit "$COMMIT" \
-                --out "$OUT/quant_kernels_$(echo "${e#GRIMOIRE_}" | tr = _)_p$p.json" > /dev/null || status=1
+                --out "$OUT/quant_kernels_${n//=/_}_p$p.json" > /dev/null || status=1
         done
         for m in 1 0; do
             for q in gptq fp8; do
