@@ -706,40 +706,49 @@ std::vector<Group> groups(int sms) {
                      kernel_variant<true, true, 1, 6, 3, qmm::kQmvAccSmem, false, 16>("acs_ntb1_d6_mb3"),
                      kernel_variant<true, true, 1, 4, 3, qmm::kQmvAccSmem, false, 16>("acs_ntb1_d4_mb3"),
                  }});
-    g.push_back({"fp8_m1",
-                 true,
-                 1,
-                 {
-                     kernel_variant<true, false, 1, 4, 3>(
-                         "ntb1_d4"),  // qmm.cu's FP8 configurations (2 chunks in flight)
-                     kernel_variant<true, false, 1, 4, 3, qmm::kQmvSerialStage>("ntb1_d4_ser"),  // x as before
-                     kernel_variant<true, false, 1, 4, 3, qmm::kQmvPf1>("ntb1_d4_pf1"),
-                     kernel_variant<true, false, 1, 4, 3, qmm::kQmvPf2>("ntb1_d4_pf2"),
-                     pers_variant<true, false, 1, 4, 3>("pers_ntb1_d4", 3),
-                     pers_variant<true, false, 2, 3, 3>("pers_ntb2_d3", 3),
-                     inexact(pers_variant<true, true, 2, 3, 3>("multi_pers_ntb2_d3", 3)),
-                     kernel_variant<true, false, 2, 3, 3>("ntb2_d3"),
-                     kernel_variant<true, false, 1, 6, 3>("ntb1_d6"),
-                     kernel_variant<true, false, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
-                     kernel_variant<true, false, 2, 3, 3, 0, true>("ssm_ntb2_d3"),
-                     kernel_variant<true, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
-                     ring_variant<true, false, 1, 4, 3, false>("wsm_ntb1_d4"),
-                     inexact(kernel_variant<true, true, 1, 4, 3>("multi_ntb1_d4")),
-                     inexact(kernel_variant<true, true, 2, 3, 3>("multi_ntb2_d3")),  // qmm.cu: 4+ n-tiles per SM
-                     inexact(kernel_variant<true, true, 2, 3, 3, qmm::kQmvGeneralLoop>("multi_ntb2_d3_genloop")),
-                     // The same with the early dependents' launch (qmm.cu's default on the 2..16-row form), and
-                     // the library's dispatch.
-                     inexact(early(kernel_variant<true, true, 1, 4, 3>("multi_ntb1_d4"))),
-                     inexact(early(kernel_variant<true, true, 2, 3, 3>("multi_ntb2_d3"))),
-                     library<true>("library"),
-                     kernel_variant<true, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
-                     kernel_variant<true, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
-                     kernel_variant<true, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
-                     traced<true, false, 1, 4, 3>("ntb1_d4"),
-                     {"loads_ntb1_d2", false, loads_only<1, 2, 2>, 1, 0, 0, {}},
-                     {"loads_ntb1_d4", false, loads_only<1, 4, 2>, 1, 0, 0, {}},
-                     {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},
-                 }});
+    g.push_back(
+        {"fp8_m1",
+         true,
+         1,
+         {
+             kernel_variant<true, false, 1, 4, 3>(
+                 "ntb1_d4"),  // qmm.cu's FP8 configurations (2 chunks in flight)
+             kernel_variant<true, false, 1, 4, 3, qmm::kQmvSerialStage>("ntb1_d4_ser"),  // x as before
+             kernel_variant<true, false, 1, 4, 3, qmm::kQmvPf1>("ntb1_d4_pf1"),
+             kernel_variant<true, false, 1, 4, 3, qmm::kQmvPf2>("ntb1_d4_pf2"),
+             pers_variant<true, false, 1, 4, 3>("pers_ntb1_d4", 3),
+             pers_variant<true, false, 2, 3, 3>("pers_ntb2_d3", 3),
+             inexact(pers_variant<true, true, 2, 3, 3>("multi_pers_ntb2_d3", 3)),
+             kernel_variant<true, false, 2, 3, 3>("ntb2_d3"),
+             kernel_variant<true, false, 1, 6, 3>("ntb1_d6"),
+             kernel_variant<true, false, 1, 4, 3, 0, true>("ssm_ntb1_d4"),
+             kernel_variant<true, false, 2, 3, 3, 0, true>("ssm_ntb2_d3"),
+             kernel_variant<true, false, 1, 8, 3, 0, true>("ssm_ntb1_d8"),
+             ring_variant<true, false, 1, 4, 3, false>("wsm_ntb1_d4"),
+             inexact(kernel_variant<true, true, 1, 4, 3>("multi_ntb1_d4")),
+             inexact(kernel_variant<true, true, 2, 3, 3>("multi_ntb2_d3")),  // qmm.cu: 4+ n-tiles per SM
+             inexact(kernel_variant<true, true, 2, 3, 3, qmm::kQmvGeneralLoop>("multi_ntb2_d3_genloop")),
+             // The same with the early dependents' launch (qmm.cu's default on the 2..16-row form), and
+             // the library's dispatch.
+             inexact(early(kernel_variant<true, true, 1, 4, 3>("multi_ntb1_d4"))),
+             inexact(early(kernel_variant<true, true, 2, 3, 3>("multi_ntb2_d3"))),
+             library<true>("library"),
+             // Session 44: the staged one-row forms with the mma in FP16 (kQmvF16: x converted while
+             // staged, E4M3 to FP16 by one cvt a pair), beside the library's staged form as it launches it.
+             early(kernel_variant<true, false, 1, 4, 3>("ntb1_d4")),
+             inexact(early(kernel_variant<true, false, 1, 4, 3, qmm::kQmvF16>("f16_ntb1_d4"))),
+             inexact(early(kernel_variant<true, false, 1, 6, 3, qmm::kQmvF16>("f16_ntb1_d6"))),
+             inexact(early(kernel_variant<true, false, 1, 4, 4, qmm::kQmvF16>("f16_ntb1_d4_mb4"))),
+             inexact(early(kernel_variant<true, false, 2, 3, 3, qmm::kQmvF16>("f16_ntb2_d3"))),
+             inexact(early(kernel_variant<true, false, 2, 2, 4, qmm::kQmvF16>("f16_ntb2_d2_mb4"))),
+             kernel_variant<true, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
+             kernel_variant<true, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
+             kernel_variant<true, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
+             traced<true, false, 1, 4, 3>("ntb1_d4"),
+             {"loads_ntb1_d2", false, loads_only<1, 2, 2>, 1, 0, 0, {}},
+             {"loads_ntb1_d4", false, loads_only<1, 4, 2>, 1, 0, 0, {}},
+             {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},
+         }});
     return g;
 }
 
@@ -856,7 +865,7 @@ static int run_bench(int argc, char** argv) {
                                       v.name.rfind("bal_", 0) == 0 || v.name.rfind("msum_", 0) == 0 ||
                                       v.name.rfind("subz_", 0) == 0 || v.name.rfind("sumcols_", 0) == 0 ||
                                       v.name.rfind("sumq_", 0) == 0 || v.name.rfind("trace_", 0) == 0 ||
-                                      v.name.rfind("wsm_", 0) == 0;
+                                      v.name.rfind("wsm_", 0) == 0 || v.name.rfind("f16_", 0) == 0;
                 if (vi != 0 && computes) {
                     check(cudaMemcpy(h.data(), y, ny * 4, cudaMemcpyDeviceToHost), "copy");
                     check(cudaMemcpy(href.data(), yref, ny * 4, cudaMemcpyDeviceToHost), "copy");

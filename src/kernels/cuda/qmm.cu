@@ -348,6 +348,20 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
     // has no four-per-SM form that does not spill) would leave a partial second wave. Session 17, same call
     // (us): q | gate | k | v 26.13 -> 22.34, q | k | v | z 27.70 -> 24.01; q_gate (384 two-tile blocks, one
     // wave) keeps the two-tile form (17.45 against 20.10), gate_up too (47.46 / 47.98).
+    if constexpr (FP8) {
+        // GRIMOIRE_QMV_F8H (session 44, the A/B; off by default): FP8 one row with the mma in FP16
+        // (quant_qmv.cuh kQmvF16), 1: on the staged one-tile blocks where the library stages x; 2: every
+        // one-row weight on them; 3: every one-row weight on staged two-tile blocks at four per SM (one tile
+        // where fewer than 4 n-tiles per SM).
+        static const int f8h = [] {
+            const char* e = std::getenv("GRIMOIRE_QMV_F8H");
+            return e ? std::atoi(e) : 0;
+        }();
+        if (f8h > 0 && a.M == 1 && (f8h >= 2 || qmv_staged_x(a) || (mid && !wide && row && waves2))) {
+            if (f8h == 3 && two) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 4, false, 8, qmm::kQmvF16>(a, s);
+            return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false, 8, qmm::kQmvF16>(a, s);
+        }
+    }
     if (qmv_staged_x(a) || (FP8 && mid && !wide && row && waves2)) {
         if constexpr (!FP8) {
             if (wide) return launch_qmv_row<ASYM, SSZ, 2, 2, 3, qmm::kQmvBlockStage>(a, s);

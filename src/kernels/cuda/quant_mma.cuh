@@ -28,6 +28,8 @@
 //     a column block (atomic counter) sums them in grid-block order (deterministic) and writes y, then resets
 //     the counter for the next launch.
 #pragma once
+#include <cuda_fp8.h>
+
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -301,6 +303,27 @@ __device__ __forceinline__ void a_fragment_int4_f16(
         __half2 h2 = __hsub2(*reinterpret_cast<const __half2*>(&a2), k1024);
         a0 = *reinterpret_cast<const uint32_t*>(&h0), a2 = *reinterpret_cast<const uint32_t*>(&h2);
     }
+}
+
+// Two E4M3 values (bits 0-7 / 8-15 of p) as FP16x2 (low / high half): exact, subnormals included (E4M3's
+// smallest, 2^-9, is a normal FP16); one cvt.rn.f16x2.e4m3x2 on sm_89+.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t p) {
+    const __half2_raw h =
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(p & 0xFFFFu), __NV_E4M3);
+    return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+// FP8 A fragment of k-tile kt in FP16 (quant_qmv.cuh kQmvF16 on FP8 weights), from a_fragment's layout (a0 /
+// a1: bytes 0, 2 / 1, 3 of the word): one PRMT and one conversion a pair, where the BF16 form spends shifts,
+// a lop3 and an HMUL2 by 2^120 (about 4.5 instructions a pair).
+template <int VEC>
+__device__ __forceinline__ void a_fragment_fp8_f16(
+    const uint4 (&q)[VEC], int kt, uint32_t& a0, uint32_t& a1, uint32_t& a2, uint32_t& a3) {
+    const uint4& qq = q[kt >> 1];
+    const uint32_t w0 = (kt & 1) ? qq.z : qq.x, w1 = (kt & 1) ? qq.w : qq.y;
+    a0 = e4m3x2_to_f16x2(__byte_perm(w0, 0u, 0x20u));
+    a1 = e4m3x2_to_f16x2(__byte_perm(w0, 0u, 0x31u));
+    a2 = e4m3x2_to_f16x2(__byte_perm(w1, 0u, 0x20u));
+    a3 = e4m3x2_to_f16x2(__byte_perm(w1, 0u, 0x31u));
 }
 
 // m16n8k16 with FP16 A and B, f32 accumulation (mma_bf16's twin); _first: no accumulator input.

@@ -152,7 +152,10 @@ enum : int {
     // Bench variants only: the loop drops 259 -> 231 SASS instructions (SHF 48 -> 16), and it still measured
     // slower on every 27B shape on an H100 (docs/BENCHMARKS.md, session 39): the staging's conversion pass
     // costs more than the loop saves, and the lm_head, where that pass is nothing, is already at the copy
-    // rate.
+    // rate. FP8 one row (x staged, session 44): the same staging, and the A fragment a_fragment_fp8_f16's
+    // (E4M3 to FP16 is exact and one cvt a pair, against about 4.5 instructions a pair into BF16); the
+    // products are the BF16 form's times 2^sh exactly, so only x values below FP16's range at that scale
+    // differ.
     kQmvF16 = 262144,
     kQmvF16Sub = 524288,
     // 9..16 rows: x's group sums by two all-ones mma per B operand whose A fragment is that operand's x words
@@ -303,10 +306,11 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     float xa[NH][4];
 #pragma unroll
     for (int h = 0; h < NH; ++h) xa[h][0] = xa[h][1] = xa[h][2] = xa[h][3] = 0.0f;
-    constexpr bool F16 = (ABL & kQmvF16) != 0;  // INT4 one row, the mma in FP16 (kQmvF16)
+    constexpr bool F16 = (ABL & kQmvF16) != 0;  // one row, the mma in FP16 (kQmvF16)
     static_assert(F16 || (ABL & kQmvF16Sub) == 0, "kQmvF16Sub goes with kQmvF16");
-    static_assert(!F16 || (!MULTI && MSUM && !WSM && !PERS && (ABL & kQmvSerialStage) == 0),
-                  "kQmvF16: INT4 one row, x sums from the mma, x staged by cp.async");
+    static_assert(!F16 || (!MULTI && (MSUM || FP8) && !WSM && !PERS && (ABL & kQmvSerialStage) == 0),
+                  "kQmvF16: one row, x staged by cp.async (INT4: x sums from the mma)");
+    static_assert(!FP8 || (ABL & kQmvF16Sub) == 0, "kQmvF16Sub: INT4");
     float xinv = 1.0f;  // F16: 2^-sh, the warp's x scale, undone as its partials go to the block's sum
     // PERS (persistent blocks): the grid is at most the resident blocks, and a block takes n-tile groups
     // blockIdx.x, + gridDim.x, ...; each warp's load cursor runs on into the next group's chunks, so the
@@ -705,6 +709,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 if constexpr ((ABL & kQmvNoDequant) != 0) {
                     const uint4& qq = w[j][0];
                     a0 = qq.x ^ zx, a1 = qq.y, a2 = qq.z, a3 = qq.w;
+                } else if constexpr (F16 && FP8) {
+                    a_fragment_fp8_f16<VEC>(w[j], kt, a0, a1, a2, a3);
                 } else if constexpr (F16) {
                     a_fragment_int4_f16<(ABL & kQmvF16Sub) != 0>(w[j][0], kt, a0, a1, a2, a3);
                 } else if constexpr (ZF) {
@@ -774,7 +780,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                         acc[j][e] = fmaf(v, (e & 2) ? sh : sl, acc[j][e]);
                     }
                 }
-            } else if constexpr (F16) {
+            } else if constexpr (F16 && !FP8) {
                 // rows g: 1024 + q; rows g + 8: 16 (64 + q), the factor exact in fp32 (zl / zh hold 128 + z)
                 const float vl =
                     fmaf(-(zl + ((ABL & kQmvF16Sub) != 0 ? -128.0f : 896.0f)), xs[0][0], cur[j][0]);
