@@ -352,7 +352,10 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         // GRIMOIRE_QMV_F8H (session 44, the A/B; off by default): FP8 one row with the mma in FP16
         // (quant_qmv.cuh kQmvF16), 1: on the staged one-tile blocks where the library stages x; 2: every
         // one-row weight on them; 3: every one-row weight on staged two-tile blocks at four per SM (one tile
-        // where fewer than 4 n-tiles per SM).
+        // where fewer than 4 n-tiles per SM). Off: on an H100 (docs/BENCHMARKS.md session 44) the staged
+        // kernels ran faster alone (down 43.3 -> 37.0 us) but not between small ops (31.2 / 31.5 us), and the
+        // 27B FP8 decode read 0.846-0.851 of roofline with 1 or 3 against 0.860 off: the conversion pass
+        // lengthens the path after the programmatic-launch wait.
         static const int f8h = [] {
             const char* e = std::getenv("GRIMOIRE_QMV_F8H");
             return e ? std::atoi(e) : 0;
