@@ -157,12 +157,6 @@ Variant early(Variant v) {
     v.early = 1;
     return v;
 }
-// The dependents' launch at the middle of each warp's chunks (Args::early 2).
-Variant mid(Variant v) {
-    v.name += "_mid";
-    v.early = 2;
-    return v;
-}
 
 // FP8 and INT4 symmetric with 2-byte scales (INT4) / f32 (FP8); MULTI: the 2..16-row form.
 template <bool FP8,
@@ -742,9 +736,6 @@ std::vector<Group> groups(int sms) {
              // Session 44: the staged one-row forms with the mma in FP16 (kQmvF16: x converted while
              // staged, E4M3 to FP16 by one cvt a pair), beside the library's staged form as it launches it.
              early(kernel_variant<true, false, 1, 4, 3>("ntb1_d4")),
-             // The same launching its dependents at the middle of each warp's chunks (Args::early 2).
-             mid(kernel_variant<true, false, 1, 4, 3>("ntb1_d4")),
-             inexact(mid(kernel_variant<true, false, 1, 4, 3, qmm::kQmvF16>("f16_ntb1_d4"))),
              inexact(early(kernel_variant<true, false, 1, 4, 3, qmm::kQmvF16>("f16_ntb1_d4"))),
              inexact(early(kernel_variant<true, false, 1, 6, 3, qmm::kQmvF16>("f16_ntb1_d6"))),
              inexact(early(kernel_variant<true, false, 1, 4, 4, qmm::kQmvF16>("f16_ntb1_d4_mb4"))),

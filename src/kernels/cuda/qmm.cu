@@ -372,17 +372,16 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
             if (qmv_deep(a)) return launch_qmv_row_deep<ASYM, SSZ>(a, s);
             return launch_qmv_row<ASYM, SSZ, 1, 4, 3>(a, s);
         }
-        // FP8 one row on these blocks keeps the early dependents' launch too. Back-to-back launches of one
-        // weight read it 11-20% slower (session 17: down 26.8 -> 32.4 us, o_proj 11.7 -> 13.1), but in the
-        // decode step, where the dependent is a norm or another small op and then the next projection, it is
-        // faster: 27B FP8 `decode_ctx512_roofline` 0.752 (x4) -> 0.756-0.757 (x4) alternated in one call
-        // (session 25). GRIMOIRE_QMV_EARLY_FP8_ROW=0 launches them at the blocks' end (the A/B).
-        // GRIMOIRE_QMV_EARLY_FP8_ROW=2 (session 44, the A/B): at the middle of each warp's chunks instead.
-        static const int fp8_row_early = [] {
+        // FP8 one row on these blocks keeps the early dependents' launch too. Back-to-back launches of one weight
+        // read it 11-20% slower (session 17: down 26.8 -> 32.4 us, o_proj 11.7 -> 13.1), but in the decode step,
+        // where the dependent is a norm or another small op and then the next projection, it is faster: 27B FP8
+        // `decode_ctx512_roofline` 0.752 (x4) -> 0.756-0.757 (x4) alternated in one call (session 25).
+        // GRIMOIRE_QMV_EARLY_FP8_ROW=0 launches them at the blocks' end (the A/B).
+        static const bool fp8_row_early = [] {
             const char* e = std::getenv("GRIMOIRE_QMV_EARLY_FP8_ROW");
-            return e && (e[0] == '0' || e[0] == '2') ? e[0] - '0' : 1;
+            return !(e && e[0] == '0');
         }();
-        if (fp8_row_early != 1 && a.early) a.early = fp8_row_early;
+        if (!fp8_row_early) a.early = 0;
         return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false>(a, s);
     }
     if (a.M > 8) {
@@ -628,13 +627,12 @@ bool qmm_prepare(const char* op,
     // programmatic-launch wait instead of at each block's end, so the next kernel's blocks fill the SMs this
     // grid's last partial wave leaves idle and start their own pre-wait loads there (GRIMOIRE_QMV_EARLY=0: at
     // the end, the A/B). H200, docs/BENCHMARKS.md session 17, back-to-back launches: INT4 one row 2-8% faster
-    // (gate_up 27.25 -> 26.79 us, o_proj 7.39 -> 6.78), FP8 at 4 and 16 rows and on its wider weights too
-    // (FP8 one row on the staged one-tile blocks: in the decode step, launch_qmv_ssz). With
-    // Backend::linear_follows it lets the next projection launch ahead. GRIMOIRE_QMV_EARLY=2 (session 44, the
-    // A/B): at the middle of each warp's chunks (quant_qmv.cuh).
+    // (gate_up 27.25 -> 26.79 us, o_proj 7.39 -> 6.78), FP8 at 4 and 16 rows and on its wider weights too (FP8
+    // one row on the staged one-tile blocks: in the decode step, launch_qmv_ssz). With Backend::linear_follows
+    // it lets the next projection launch ahead.
     static const int qmv_early = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_EARLY");
-        return e && (e[0] == '0' || e[0] == '2') ? e[0] - '0' : 1;
+        return e && e[0] == '0' ? 0 : 1;
     }();
     if (qmv) a.early = qmv_early;
     return true;

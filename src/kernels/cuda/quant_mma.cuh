@@ -115,8 +115,7 @@ struct Args {
     int ssz;                  // bytes per scale (2 or 4)
     int xoff, soff, zoff, stage;  // byte offsets in one ring stage, and its size
     int nstage;                   // TMA kernel (quant_mma_tma.cuh): ring stages
-    int early;  // let the next grid launch at this one's start (see pdl_enter in common.cuh); the qmv kernel
-                // also takes 2: at the middle of each warp's chunks
+    int early;  // let the next grid launch at this one's start (see pdl_enter in common.cuh)
     QmmParts parts;  // n > 0: the columns go to these tensors instead of y (store_y)
 #ifdef GRIMOIRE_QMM_TRACE
     int tslot;  // trace slot (launch parity)

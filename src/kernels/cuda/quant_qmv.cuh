@@ -527,16 +527,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     // a.early: the next grid may launch once every block of this one has got here (qmm.cu qmv_early), so its
     // blocks take the SMs that this grid's last partial wave leaves idle and issue their pre-wait loads
     // there; its griddepcontrol.wait still waits for this whole grid. Else at each block's end, below.
-    // a.early == 2 (session 44): at the middle of each warp's chunk range instead (mid_trigger below).
-    if (!PERS && a.early == 1) asm volatile("griddepcontrol.launch_dependents;");
+    if (!PERS && a.early) asm volatile("griddepcontrol.launch_dependents;");
 #endif
-    const int cmid = (c0 + c1) / 2;
-    auto mid_trigger = [&](int c) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        if (a.early == 2 && c == cmid) asm volatile("griddepcontrol.launch_dependents;");
-#endif
-        (void)c;
-    };
 
     // One row: this warp's x chunks into shared memory as they are (zeros past ldx). Rows 2..16 read their B
     // words straight from x in global memory: every block reads the same few KB (L1 / L2 hits). Staging them
@@ -959,7 +951,6 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                     const int s = u % D, c = cb + u;
                     if (u > 0 && u % 2 == 0 && c >= c1) break;  // the range ends on a group boundary
                     chunk(s, c, u % 2 == 0);
-                    mid_trigger(c);
                     if (u % 2 == 1) flush(s, false);
                     load(s);
                 }
@@ -975,7 +966,6 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
                 const int c = cb + s;
                 if (c >= c1) break;
                 chunk(s, c, false);
-                mid_trigger(c);
                 if ((ABL & kQmvNoFlush) != 0 && c + 1 < c1) {
                     --rem;                               // the flush only at the warp's range end
                 } else if (--rem == 0 || c + 1 == c1) {  // group end, or the warp's range ends inside the group
@@ -989,7 +979,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     qmv_trace<ABL>(a, 3);
     if constexpr (!PERS) {  // persistent blocks stored every group in the loop
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        if (a.early != 1) asm volatile("griddepcontrol.launch_dependents;");  // 2: warps with no chunks
+        if (!a.early) asm volatile("griddepcontrol.launch_dependents;");
 #endif
         reduce_store(static_cast<int>(blockIdx.x), 0);
     }
