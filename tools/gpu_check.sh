@@ -48,7 +48,7 @@ COMMIT=${GRIMOIRE_COMMIT:-$(cat "$BUILD/COMMIT" 2>/dev/null || git rev-parse --s
 
 status=0
 # GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, chain, bf16, quant, variants, w8a8, e2e,
-# ablation, deep, defaults, clocks), default all.
+# ablation, deep, f8h, defaults, clocks), default all.
 # A device command is limited in time: the sections can be split over calls.
 want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
 # rerun TAG VAR=VALUE... -- TEST...: the GPU tests named, again with the environment given (results $t_TAG.xml).
@@ -242,6 +242,25 @@ if want deep; then
     for v in 0 1; do
         GRIMOIRE_QMV_DEEP=$v timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --only int4 --rows 1 \
             --commit "$COMMIT" --out "$OUT/quant_kernels_int4_m1_deep$v.json" | grep -E "int4 +(o_proj|down) " || status=1
+    done
+fi
+if want f8h; then
+    # GRIMOIRE_QMV_F8H=1|2|3 (session 44; off: slower in the 27B FP8 decode on the H100): FP8 one row with the mma
+    # in FP16. The FP8 tests with each (when the tests section is not run), the kernels' variants, then the A/B: the
+    # one-row FP8 record and the 27B FP8 decode, alternated 0/1/2/3 twice.
+    echo "== GRIMOIRE_QMV_F8H: FP8 tests, the variants, then the A/B (one-row FP8 kernels, 27B FP8 decode)"
+    want tests || for v in 1 2 3; do rerun "f8h$v" "GRIMOIRE_QMV_F8H=$v" -- test_cuda_quant test_cuda_quant_stack \
+        test_cuda_model; done
+    [ -x "$BUILD/bench_qmv_variants" ] && timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" \
+        --only fp8_m1_ --commit "$COMMIT" --out "$OUT/qmv_variants_fp8_m1.json" | grep -E " (library|ntb1_d4_early|f16_)"
+    for v in 0 1 2 3; do
+        GRIMOIRE_QMV_F8H=$v timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --only fp8 --rows 1 \
+            --commit "$COMMIT" --out "$OUT/quant_kernels_fp8_m1_f8h$v.json" | grep -E "M  1" || status=1
+    done
+    for run in 0_p1 1_p1 2_p1 3_p1 0_p2 1_p2 2_p2 3_p2; do
+        GRIMOIRE_QMV_F8H=${run%_*} timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
+            --quant fp8 --commit "$COMMIT" --out "$OUT/qwen35_27b_fp8_f8h$run.json" | grep -E "decode ctx +512" ||
+            status=1
     done
 fi
 if want defaults; then
