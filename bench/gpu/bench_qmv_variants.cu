@@ -745,6 +745,8 @@ std::vector<Group> groups(int sms) {
              kernel_variant<true, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
              kernel_variant<true, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
              traced<true, false, 1, 4, 3>("ntb1_d4"),
+             // Session 44: the library's staged form traced as it launches (early dependents): blocks per SM.
+             early(traced<true, false, 1, 4, 3>("ntb1_d4")),
              {"loads_ntb1_d2", false, loads_only<1, 2, 2>, 1, 0, 0, {}},
              {"loads_ntb1_d4", false, loads_only<1, 4, 2>, 1, 0, 0, {}},
              {"flat_8xsm", false, flat_read, 0, 8 * sms, 0, {}},
