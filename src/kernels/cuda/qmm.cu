@@ -344,10 +344,13 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
         if (mid && row)
             return waves2 ? launch_qmv_row<ASYM, SSZ, 2, 2, 4>(a, s) : launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
     }
-    // FP8 one row also takes the staged one-tile blocks where the two-tile 2..16-row blocks (three per SM; FP8
-    // has no four-per-SM form that does not spill) would leave a partial second wave. Session 17, same call
-    // (us): q | gate | k | v 26.13 -> 22.34, q | k | v | z 27.70 -> 24.01; q_gate (384 two-tile blocks, one
-    // wave) keeps the two-tile form (17.45 against 20.10), gate_up too (47.46 / 47.98).
+    // FP8 one row also takes the staged one-tile blocks where the two-tile 2..16-row blocks (three per SM;
+    // FP8 has no four-per-SM form that does not spill) would leave a partial second wave. Session 17, same
+    // call (us): q | gate | k | v 26.13 -> 22.34, q | k | v | z 27.70 -> 24.01; q_gate (384 two-tile blocks,
+    // one wave) keeps the two-tile form (17.45 against 20.10), gate_up too (47.46 / 47.98). The staged-x
+    // blocks: one row where qmv_staged_x says so, and FP8 one row where three two-tile blocks per SM would
+    // leave a partial second wave (below).
+    const bool staged = qmv_staged_x(a) || (FP8 && mid && !wide && row && waves2);
     if constexpr (FP8) {
         // GRIMOIRE_QMV_F8H (session 44, the A/B; off by default): FP8 one row with the mma in FP16
         // (quant_qmv.cuh kQmvF16), 1: on the staged one-tile blocks where the library stages x; 2: every
@@ -360,12 +363,12 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
             const char* e = std::getenv("GRIMOIRE_QMV_F8H");
             return e ? std::atoi(e) : 0;
         }();
-        if (f8h > 0 && a.M == 1 && (f8h >= 2 || qmv_staged_x(a) || (mid && !wide && row && waves2))) {
+        if (f8h > 0 && a.M == 1 && (f8h >= 2 || staged)) {
             if (f8h == 3 && two) return launch_qmv_m<FP8, ASYM, SSZ, 2, 2, 4, false, 8, qmm::kQmvF16>(a, s);
             return launch_qmv_m<FP8, ASYM, SSZ, 1, 4, 3, false, 8, qmm::kQmvF16>(a, s);
         }
     }
-    if (qmv_staged_x(a) || (FP8 && mid && !wide && row && waves2)) {
+    if (staged) {
         if constexpr (!FP8) {
             if (wide) return launch_qmv_row<ASYM, SSZ, 2, 2, 3, qmm::kQmvBlockStage>(a, s);
             if (two) return launch_qmv_row<ASYM, SSZ, 2, 2, 3>(a, s);
