@@ -530,6 +530,17 @@ std::vector<Group> groups(int sms) {
                  "msum_q_ssm_ntb2_d2"))),
              inexact(early(kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | qmm::kQmvXsumQuad, true>(
                  "msum_q_ssm_ntb1_d4"))),
+             // Session 45: the FP16 forms with the library's x sums (kQmvXsumQuad, the sums' mma in FP16
+             // too).
+             inexact(early(
+                 kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvXsumQuad,
+                                true>("msum_f16q_ssm_ntb2_d2_mb4"))),
+             inexact(early(
+                 kernel_variant<false, false, 2, 2, 3, qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvXsumQuad,
+                                true>("msum_f16q_ssm_ntb2_d2"))),
+             inexact(early(
+                 kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvXsumQuad,
+                                true>("msum_f16q_ssm_ntb1_d4"))),
              // The same with rows g less 1024 by HSUB2 (kQmvF16Sub: fp32 headroom, two FMA-pipe ops a word).
              inexact(
                  early(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvF16Sub,

@@ -208,17 +208,23 @@ __device__ __forceinline__ void qmv_chunk_xsums(const uint32_t (&b0)[NH][4],
                                                 float (&xs)[NH][4],
                                                 float (&xa)[NH][4]) {
     constexpr uint32_t kOnes = F16 ? 0x3C003C00u : 0x3F803F80u;  // FP16x2 / BF16x2 of 1.0
-    static_assert(!F16 || (!XT && !XA), "FP16: one row only");
+    static_assert(!F16 || (!XT && NH == 1), "FP16: one row only");
     if constexpr (XA) {
 #pragma unroll
         for (int h = 0; h < NH; ++h)
 #pragma unroll
             for (int p = 0; p < 2; ++p) {
                 const int k = 2 * p;
-                if (first && p == 0)
+                if constexpr (F16) {  // one row: x staged as FP16 times 2^sh, the sums in the same scale
+                    if (first && p == 0)
+                        mma_f16_first(xa[h], b0[h][k], b1[h][k], b0[h][k + 1], b1[h][k + 1], kOnes, kOnes);
+                    else
+                        mma_f16(xa[h], b0[h][k], b1[h][k], b0[h][k + 1], b1[h][k + 1], kOnes, kOnes);
+                } else if (first && p == 0) {
                     mma_bf16_first(xa[h], b0[h][k], b1[h][k], b0[h][k + 1], b1[h][k + 1], kOnes, kOnes);
-                else
+                } else {
                     mma_bf16(xa[h], b0[h][k], b1[h][k], b0[h][k + 1], b1[h][k + 1], kOnes, kOnes);
+                }
             }
     } else if constexpr (XT) {
         static_assert(NH == 2, "x as A holds 16 tokens");
