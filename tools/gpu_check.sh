@@ -48,7 +48,7 @@ COMMIT=${GRIMOIRE_COMMIT:-$(cat "$BUILD/COMMIT" 2>/dev/null || git rev-parse --s
 
 status=0
 # GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, chain, bf16, quant, variants, w8a8, e2e,
-# ablation, deep, f8h, defaults, clocks), default all.
+# ablation, deep, f8h, f16, defaults, clocks), default all.
 # A device command is limited in time: the sections can be split over calls.
 want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
 # rerun TAG VAR=VALUE... -- TEST...: the GPU tests named, again with the environment given (results $t_TAG.xml).
@@ -261,6 +261,21 @@ if want f8h; then
         GRIMOIRE_QMV_F8H=${run%_*} timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
             --quant fp8 --commit "$COMMIT" --out "$OUT/qwen35_27b_fp8_f8h$run.json" | grep -E "decode ctx +512" ||
             status=1
+    done
+fi
+if want f16; then
+    # INT4 one row with the mma in FP16 (bench variants msum_f16q_*: session 45, with the library's x sums; loop SASS
+    # 172 -> 145 a two-chunk step of the two-tile form) against the library's BF16 forms, twice: the H200 A/B that
+    # decides whether producers should write x in FP16 (docs/BENCHMARKS.md session 45).
+    echo "== INT4 one row, FP16 mma forms against the library (bench_qmv_variants)"
+    l=
+    for s in gate_up down q_gate gdn_qkv o_proj lm_head; do
+        for v in library msum_q_ssm_ntb2_d2_mb4 msum_q_ssm_ntb2_d2 msum_q_ssm_ntb1_d4 msum_f16q_ssm_ntb2_d2_mb4 \
+            msum_f16q_ssm_ntb2_d2 msum_f16q_ssm_ntb1_d4; do l=$l,int4_m1_${s}_$v; done
+    done
+    for p in 1 2; do
+        timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" --only "${l#,}" --commit "$COMMIT" \
+            --out "$OUT/qmv_int4_f16q_p$p.json" | grep -E "^int4_m1|differ" || status=1
     done
 fi
 if want defaults; then
