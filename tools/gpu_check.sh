@@ -265,13 +265,16 @@ if want f8h; then
 fi
 if want f16; then
     # INT4 one row with the mma in FP16 (bench variants msum_f16q_*: session 45, with the library's x sums; loop SASS
-    # 172 -> 145 a two-chunk step of the two-tile form) against the library's BF16 forms, twice: the H200 A/B that
-    # decides whether producers should write x in FP16 (docs/BENCHMARKS.md session 45).
+    # 172 -> 145 a two-chunk step of the two-tile form) and the same given x already in FP16 (msum_f16q_pre_*: no
+    # conversion pass, the bound on x written in FP16 by its producer) against the library's BF16 forms, twice:
+    # the H200 A/B that decides whether producers should write x in FP16 (docs/BENCHMARKS.md session 45). The
+    # FP8 forms (f16_*, f16_pre_*) are in section f8h.
     echo "== INT4 one row, FP16 mma forms against the library (bench_qmv_variants)"
     l=
     for s in gate_up down q_gate gdn_qkv o_proj lm_head; do
         for v in library msum_q_ssm_ntb2_d2_mb4 msum_q_ssm_ntb2_d2 msum_q_ssm_ntb1_d4 msum_f16q_ssm_ntb2_d2_mb4 \
-            msum_f16q_ssm_ntb2_d2 msum_f16q_ssm_ntb1_d4; do l=$l,int4_m1_${s}_$v; done
+            msum_f16q_ssm_ntb2_d2 msum_f16q_ssm_ntb1_d4 msum_f16q_pre_ssm_ntb2_d2_mb4 msum_f16q_pre_ssm_ntb2_d2 \
+            msum_f16q_pre_ssm_ntb1_d4; do l=$l,int4_m1_${s}_$v; done
     done
     for p in 1 2; do
         timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" --only "${l#,}" --commit "$COMMIT" \

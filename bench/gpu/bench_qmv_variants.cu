@@ -145,6 +145,7 @@ struct Variant {
     int pers = 0;   // PERS: the grid is min(n-tile groups, this many blocks per SM x SMs)
     int early = 0;  // Args::early: the next launch may start once every block has passed its wait
     bool trace = false;  // kQmvTrace: the timeline of the last timed launch is summarised after its timing
+    bool x16 = false;    // kQmvF16Pre: x handed over already in FP16 (the same values, converted once)
 };
 
 // The same kernel with quant_qmv.cuh's timeline points (kQmvTrace; same results, a few stores per warp).
@@ -155,6 +156,12 @@ Variant traced(const char* name);
 Variant early(Variant v) {
     v.name += "_early";
     v.early = 1;
+    return v;
+}
+
+// The same variant given x in FP16 (kQmvF16Pre in its ABL: the staging skips the conversion).
+Variant pre(Variant v) {
+    v.x16 = true;
     return v;
 }
 
@@ -541,6 +548,19 @@ std::vector<Group> groups(int sms) {
              inexact(early(
                  kernel_variant<false, false, 1, 4, 3, qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvXsumQuad,
                                 true>("msum_f16q_ssm_ntb1_d4"))),
+             // The same given x already in FP16 (kQmvF16Pre): the bound on x written in FP16 by its producer.
+             pre(inexact(early(
+                 kernel_variant<false, false, 2, 2, 4,
+                                qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvXsumQuad | qmm::kQmvF16Pre, true>(
+                     "msum_f16q_pre_ssm_ntb2_d2_mb4")))),
+             pre(inexact(early(
+                 kernel_variant<false, false, 2, 2, 3,
+                                qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvXsumQuad | qmm::kQmvF16Pre, true>(
+                     "msum_f16q_pre_ssm_ntb2_d2")))),
+             pre(inexact(early(
+                 kernel_variant<false, false, 1, 4, 3,
+                                qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvXsumQuad | qmm::kQmvF16Pre, true>(
+                     "msum_f16q_pre_ssm_ntb1_d4")))),
              // The same with rows g less 1024 by HSUB2 (kQmvF16Sub: fp32 headroom, two FMA-pipe ops a word).
              inexact(
                  early(kernel_variant<false, false, 2, 2, 4, qmm::kQmvMmaSum | qmm::kQmvF16 | qmm::kQmvF16Sub,
@@ -752,6 +772,11 @@ std::vector<Group> groups(int sms) {
              inexact(early(kernel_variant<true, false, 1, 4, 4, qmm::kQmvF16>("f16_ntb1_d4_mb4"))),
              inexact(early(kernel_variant<true, false, 2, 3, 3, qmm::kQmvF16>("f16_ntb2_d3"))),
              inexact(early(kernel_variant<true, false, 2, 2, 4, qmm::kQmvF16>("f16_ntb2_d2_mb4"))),
+             // Given x already in FP16 (kQmvF16Pre), session 45.
+             pre(inexact(early(
+                 kernel_variant<true, false, 1, 4, 3, qmm::kQmvF16 | qmm::kQmvF16Pre>("f16_pre_ntb1_d4")))),
+             pre(inexact(early(kernel_variant<true, false, 2, 2, 4, qmm::kQmvF16 | qmm::kQmvF16Pre>(
+                 "f16_pre_ntb2_d2_mb4")))),
              kernel_variant<true, false, 1, 4, 3, kQmvNoDequant>("ablate_ntb1_nodequant"),
              kernel_variant<true, false, 1, 4, 3, kQmvNoMma>("ablate_ntb1_nomma"),
              kernel_variant<true, false, 1, 4, 3, kQmvNoX>("ablate_ntb1_nox"),
@@ -821,9 +846,10 @@ static int run_bench(int argc, char** argv) {
     const std::vector<Group> gs = groups(sms);
 
     constexpr int kMaxN = 248320, kMaxK = 17408, kRows = 16;
-    uint16_t* x = nullptr;
+    uint16_t *x = nullptr, *x16 = nullptr;  // x16: x in FP16 for the kQmvF16Pre variants
     float *y = nullptr, *yref = nullptr;
     check(cudaMalloc(&x, static_cast<size_t>(kRows) * kMaxK * 2), "cudaMalloc");
+    check(cudaMalloc(&x16, static_cast<size_t>(kRows) * kMaxK * 2), "cudaMalloc");
     check(cudaMalloc(&y, static_cast<size_t>(kRows) * kMaxN * 4), "cudaMalloc");
     check(cudaMalloc(&yref, static_cast<size_t>(kRows) * kMaxN * 4), "cudaMalloc");
     std::vector<float> h(static_cast<size_t>(kRows) * kMaxN), href(h.size());
@@ -855,6 +881,12 @@ static int run_bench(int argc, char** argv) {
             // shape here).
             const int ldx = sh.K;
             gc::random_fill(x, DType::BF16, static_cast<int64_t>(grp.M) * ldx, 7, 1.0f, 0.0f, nullptr);
+            {
+                // |x| <= 1: FP16 holds every BF16 value at or above 2^-14 exactly, the smaller ones to 2^-24.
+                const Tensor xb(x, DType::BF16, grimoire::Device::CUDA, {grp.M, ldx});
+                Tensor xh(x16, DType::F16, grimoire::Device::CUDA, {grp.M, ldx});
+                gc::convert(xb, xh, nullptr);
+            }
             check(cudaDeviceSynchronize(), "fill");
             Args a{};
             a.x = x, a.ldx = ldx, a.ydt = grimoire::cuda::kF32, a.M = grp.M, a.gpc = 1;
@@ -868,7 +900,7 @@ static int run_bench(int argc, char** argv) {
                 const Variant& v = grp.vs[vi];
                 const std::string tag = std::string(grp.name) + "_" + sh.name + "_" + v.name;
                 if (vi != 0 && !only.empty() && !matches_any(tag, only)) continue;
-                a.words = W[0], a.scales = S[0], a.y = vi == 0 ? yref : y;
+                a.words = W[0], a.scales = S[0], a.y = vi == 0 ? yref : y, a.x = v.x16 ? x16 : x;
                 check(cudaMemset(a.y, 0xFF, ny * 4), "memset");
                 run(v, a);
                 check(cudaDeviceSynchronize(), tag.c_str());

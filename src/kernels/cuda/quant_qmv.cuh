@@ -164,7 +164,11 @@ enum : int {
     // IMAD.MOV per two chunks of the wide-weight form's 342 instructions). Another fp32 order of the same
     // sums. One row (with kQmvMmaSum) and 2..8 rows: two such mma a chunk instead of four all-ones-A ones.
     // qmm.cu launches it at every row count (its qmv_xsumq gives the measurements).
-    kQmvXsumQuad = 1048576
+    kQmvXsumQuad = 1048576,
+    // Ablation (with kQmvF16; bench_qmv_variants' `_pre` forms): x arrives already in FP16 at scale 1, as a
+    // producer that wrote it would hand it over, so the staging copies it and skips the max and conversion
+    // passes. Prices the in-kernel conversion: the bound on what FP16 x from producers would gain.
+    kQmvF16Pre = 2097152
 };
 // The dynamic shared memory a launch may take with these ABL bits: kQmvAccSmem adds 16 KB of static shared
 // memory beside the 16 KB reduction buffer, and static + dynamic must stay within the 227 KB a block may opt
@@ -317,6 +321,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     static_assert(!F16 || (!MULTI && (MSUM || FP8) && !WSM && !PERS && (ABL & kQmvSerialStage) == 0),
                   "kQmvF16: one row, x staged by cp.async (INT4: x sums from the mma)");
     static_assert(!FP8 || (ABL & kQmvF16Sub) == 0, "kQmvF16Sub: INT4");
+    static_assert(F16 || (ABL & kQmvF16Pre) == 0, "kQmvF16Pre goes with kQmvF16");
     float xinv = 1.0f;  // F16: 2^-sh, the warp's x scale, undone as its partials go to the block's sum
     // PERS (persistent blocks): the grid is at most the resident blocks, and a block takes n-tile groups
     // blockIdx.x, + gridDim.x, ...; each warp's load cursor runs on into the next group's chunks, so the
@@ -571,7 +576,7 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
             }
         }
         cp_async_wait<0>();
-        if constexpr (F16) {
+        if constexpr (F16 && (ABL & kQmvF16Pre) == 0) {
             // The range's largest |x| (BF16 bits without the sign compare as the values do), then every piece
             // this lane copied rewritten as FP16 times 2^sh, sh = 142 - its exponent field: (2 - 2^-7) 2^15
             // at most, inside FP16's 65504. Capped at 126 so 2^-sh stays a normal f32 (an all-zero range).
@@ -943,7 +948,8 @@ __global__ void __launch_bounds__(kQmvThreads, MINB) qmv_kernel(const Args a) {
     constexpr int FG = D == 1 ? 2 : D;
     if constexpr ((SSM || MULTI) &&
                   (ABL & ~(kQmvScalarStage | kQmvPf1 | kQmvPf2 | kQmvNoXsum | kQmvMmaSum | kQmvSumCols |
-                           kQmvTrace | kQmvAccSmem | kQmvF16 | kQmvF16Sub | kQmvXsumQuad)) == 0 &&
+                           kQmvTrace | kQmvAccSmem | kQmvF16 | kQmvF16Sub | kQmvXsumQuad | kQmvF16Pre)) ==
+                      0 &&
                   FG % 2 == 0) {
         // Scale groups of two chunks and a warp range of whole groups (g128 weights, K a multiple of 1024
         // channels): the flushes fall on fixed slots, each group's first mma starts its sum, and the loop
