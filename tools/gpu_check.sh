@@ -252,7 +252,8 @@ if want f8h; then
     want tests || for v in 1 2 3; do rerun "f8h$v" "GRIMOIRE_QMV_F8H=$v" -- test_cuda_quant test_cuda_quant_stack \
         test_cuda_model; done
     [ -x "$BUILD/bench_qmv_variants" ] && timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" \
-        --only fp8_m1_ --commit "$COMMIT" --out "$OUT/qmv_variants_fp8_m1.json" | grep -E " (library|ntb1_d4_early|f16_)"
+        --only fp8_m1_ --commit "$COMMIT" --out "$OUT/qmv_variants_fp8_m1.json" |
+        grep -E " (library|ntb1_d4_early|f16_)|differ" || status=1
     for v in 0 1 2 3; do
         GRIMOIRE_QMV_F8H=$v timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --only fp8 --rows 1 \
             --commit "$COMMIT" --out "$OUT/quant_kernels_fp8_m1_f8h$v.json" | grep -E "M  1" || status=1
