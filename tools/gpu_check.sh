@@ -48,7 +48,7 @@ COMMIT=${GRIMOIRE_COMMIT:-$(cat "$BUILD/COMMIT" 2>/dev/null || git rev-parse --s
 
 status=0
 # GRIMOIRE_CHECK: the sections to run (comma-separated: tests, run, chain, bf16, quant, variants, w8a8, e2e,
-# ablation, deep, f8h, f16, defaults, clocks), default all.
+# ablation, deep, f16, trace, f8h, defaults, clocks), default all.
 # A device command is limited in time: the sections can be split over calls.
 want() { [ "${GRIMOIRE_CHECK:-all}" = all ] || [[ ",$GRIMOIRE_CHECK," == *",$1,"* ]]; }
 # rerun TAG VAR=VALUE... -- TEST...: the GPU tests named, again with the environment given (results $t_TAG.xml).
@@ -244,6 +244,35 @@ if want deep; then
             --commit "$COMMIT" --out "$OUT/quant_kernels_int4_m1_deep$v.json" | grep -E "int4 +(o_proj|down) " || status=1
     done
 fi
+if want f16; then
+    # INT4 one row with the mma in FP16 (bench variants msum_f16q_*: session 45, with the library's x sums; loop SASS
+    # 172 -> 145 a two-chunk step of the two-tile form) and the same given x already in FP16 (msum_f16q_pre_*: no
+    # conversion pass, the bound on x written in FP16 by its producer) against the library's BF16 forms, twice:
+    # the H200 A/B that decides whether producers should write x in FP16 (docs/BENCHMARKS.md session 45). The
+    # FP8 forms (f16_*, f16_pre_*) are in section f8h.
+    echo "== INT4 one row, FP16 mma forms against the library (bench_qmv_variants)"
+    l=
+    for s in gate_up down q_gate gdn_qkv o_proj lm_head; do
+        for v in library msum_q_ssm_ntb2_d2_mb4 msum_q_ssm_ntb2_d2 msum_q_ssm_ntb1_d4 msum_f16q_ssm_ntb2_d2_mb4 \
+            msum_f16q_ssm_ntb2_d2 msum_f16q_ssm_ntb1_d4 msum_f16q_pre_ssm_ntb2_d2_mb4 msum_f16q_pre_ssm_ntb2_d2 \
+            msum_f16q_pre_ssm_ntb1_d4; do l=$l,int4_m1_${s}_$v; done
+    done
+    for p in 1 2; do
+        timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" --only "${l#,}" --commit "$COMMIT" \
+            --out "$OUT/qmv_int4_f16q_p$p.json" | grep -E "^int4_m1|differ" || status=1
+    done
+fi
+if want trace; then
+    # Noticed in session 44, not explained: back to back, FP8 one-row one-tile blocks launched with early dependents
+    # (whose blocks then wait resident at the programmatic-launch wait) run up to ~30% slower than launched at their
+    # end. The traced library form (per-block globaltimer: entry, wait, staging, loop, reduce, exit) beside both
+    # untraced forms on down and o_proj; the trace summary prints blocks per SM and the phase percentiles.
+    echo "== FP8 one row, early dependents traced (bench_qmv_variants trace_ntb1_d4_early)"
+    [ -x "$BUILD/bench_qmv_variants" ] && timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" \
+        --only fp8_m1_down_trace,fp8_m1_o_proj_trace,fp8_m1_down_ntb1_d4,fp8_m1_o_proj_ntb1_d4 \
+        --shapes down:5120:17408,o_proj:5120:6144 --commit "$COMMIT" --out "$OUT/qmv_variants_fp8_trace.json" |
+        grep -vE "^ +(warp|block entry|block past)" || status=1
+fi
 if want f8h; then
     # GRIMOIRE_QMV_F8H=1|2|3 (session 44; off: slower in the 27B FP8 decode on the H100): FP8 one row with the mma
     # in FP16. The FP8 tests with each (when the tests section is not run), the kernels' variants, then the A/B: the
@@ -262,24 +291,6 @@ if want f8h; then
         GRIMOIRE_QMV_F8H=${run%_*} timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
             --quant fp8 --commit "$COMMIT" --out "$OUT/qwen35_27b_fp8_f8h$run.json" | grep -E "decode ctx +512" ||
             status=1
-    done
-fi
-if want f16; then
-    # INT4 one row with the mma in FP16 (bench variants msum_f16q_*: session 45, with the library's x sums; loop SASS
-    # 172 -> 145 a two-chunk step of the two-tile form) and the same given x already in FP16 (msum_f16q_pre_*: no
-    # conversion pass, the bound on x written in FP16 by its producer) against the library's BF16 forms, twice:
-    # the H200 A/B that decides whether producers should write x in FP16 (docs/BENCHMARKS.md session 45). The
-    # FP8 forms (f16_*, f16_pre_*) are in section f8h.
-    echo "== INT4 one row, FP16 mma forms against the library (bench_qmv_variants)"
-    l=
-    for s in gate_up down q_gate gdn_qkv o_proj lm_head; do
-        for v in library msum_q_ssm_ntb2_d2_mb4 msum_q_ssm_ntb2_d2 msum_q_ssm_ntb1_d4 msum_f16q_ssm_ntb2_d2_mb4 \
-            msum_f16q_ssm_ntb2_d2 msum_f16q_ssm_ntb1_d4 msum_f16q_pre_ssm_ntb2_d2_mb4 msum_f16q_pre_ssm_ntb2_d2 \
-            msum_f16q_pre_ssm_ntb1_d4; do l=$l,int4_m1_${s}_$v; done
-    done
-    for p in 1 2; do
-        timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" --only "${l#,}" --commit "$COMMIT" \
-            --out "$OUT/qmv_int4_f16q_p$p.json" | grep -E "^int4_m1|differ" || status=1
     done
 fi
 if want defaults; then
