@@ -152,23 +152,29 @@ size_t qmv_launch_smem(const qmm::Args& a, bool fp8, bool asym) {
     return qmv_ssm(fp8) ? qmm::qmv_smem_ssm(a, 2, asym, staged) : qmm::qmv_smem(a, staged);
 }
 
+int device_attr(cudaDeviceAttr what) {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, what, dev);
+    return v;
+}
+
 // GRIMOIRE_QMV_CAP=1 (the A/B; session 46): a qmv launch asks for enough dynamic shared memory that no more
 // than MINB of its blocks fit on an SM. Why: launched early (programmatic dependents) behind a grid that
 // frees every SM at about once (the same weight back to back), the one-tile FP8 blocks land four to an SM
 // where room allows (traced on an H100, down: blocks per SM p50 4, against 2-3 launched at the predecessor's
 // end), so the 320 blocks crowd ~80 SMs and the launch runs ~30% longer (34.3 -> 44.8 us). At MINB a SM they
-// spread over at least NT / MINB SMs. `smem`: the launch's own need; returns it, or the padded size (within
-// `max_dyn`).
-size_t qmv_cap_smem(const void* kernel, size_t smem, int minb, size_t max_dyn) {
+// spread over at least NT / MINB SMs. Only grids of one wave at MINB a SM (320 one-tile blocks at three): a
+// larger grid keeps every SM busy however its blocks land, and the cap would only cut its occupancy. `smem`:
+// the launch's own need; returns it, or the padded size (within `max_dyn`).
+size_t qmv_cap_smem(const void* kernel, size_t smem, int minb, int blocks, size_t max_dyn) {
     static const bool cap = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_CAP");
         return e && e[0] == '1';
     }();
-    if (!cap) return smem;
-    int dev = 0, per_sm = 0, reserved = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-    cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev);
+    if (!cap || blocks > minb * qmm::device_sms()) return smem;
+    static const int per_sm = device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor),
+                     reserved = device_attr(cudaDevAttrReservedSharedMemoryPerBlock);
     cudaFuncAttributes fa{};
     if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) return smem;
     // minb + 1 blocks of (dynamic + static + reserved) bytes must not fit in per_sm.
@@ -204,7 +210,7 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
                      WSM ? qmm::qmv_ring_offset(a, NTB, ASYM, !MULTI, kSsm) + qmm::qmv_ring_bytes(D, NTB, FP8)
                      : kSsm ? qmm::qmv_smem_ssm(a, NTB, ASYM, !MULTI)
                             : qmm::qmv_smem(a, !MULTI),
-                     MINB, qmm::qmv_max_dyn_smem(STAGE));
+                     MINB, blocks, qmm::qmv_max_dyn_smem(STAGE));
     launch_ex(kernel, a, blocks, qmm::kQmvThreads, smem, device_is_hopper(), s);
 }
 
