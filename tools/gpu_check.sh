@@ -294,11 +294,12 @@ if want f8h; then
     done
 fi
 if want defaults; then
-    # The defaults sessions 29-38 chose on an H100 only, A/B on this card: GRIMOIRE_QMV_ACS and
-    # GRIMOIRE_QMV_M16_ONE (kernel record at 1 and 16 rows), GRIMOIRE_PDL_AHEAD_MIXER (27B decode), twice each.
-    echo "== A/B of GRIMOIRE_QMV_ACS, GRIMOIRE_QMV_M16_ONE, GRIMOIRE_PDL_AHEAD_MIXER"
+    # The defaults sessions 29-46 chose on an H100 only, A/B on this card: GRIMOIRE_QMV_ACS, GRIMOIRE_QMV_M16_ONE
+    # and GRIMOIRE_QMV_CAP (kernel record at 1 and 16 rows), GRIMOIRE_PDL_AHEAD_MIXER and GRIMOIRE_QMV_CAP (27B
+    # decode), twice each.
+    echo "== A/B of GRIMOIRE_QMV_ACS, GRIMOIRE_QMV_M16_ONE, GRIMOIRE_QMV_CAP, GRIMOIRE_PDL_AHEAD_MIXER"
     for p in 1 2; do
-        for e in GRIMOIRE_QMV_ACS=1 GRIMOIRE_QMV_ACS=0 GRIMOIRE_QMV_M16_ONE=0; do
+        for e in GRIMOIRE_QMV_ACS=1 GRIMOIRE_QMV_ACS=0 GRIMOIRE_QMV_M16_ONE=0 GRIMOIRE_QMV_CAP=0; do
             n=${e#GRIMOIRE_}  # the device tool returns no file whose name holds '='
             env "$e" timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --rows 1,16 --commit "$COMMIT" \
                 --out "$OUT/quant_kernels_${n//=/_}_p$p.json" > /dev/null || status=1
@@ -309,6 +310,11 @@ if want defaults; then
                     --random-weights --quant $q --commit "$COMMIT" --out "$OUT/qwen35_27b_${q}_mixer${m}_p$p.json" |
                     grep -E "decode ctx +512" || status=1
             done
+        done
+        for c in 1 0; do
+            GRIMOIRE_QMV_CAP=$c timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
+                --quant fp8 --commit "$COMMIT" --out "$OUT/qwen35_27b_fp8_cap${c}_p$p.json" |
+                grep -E "decode ctx +512" || status=1
         done
     done
 fi

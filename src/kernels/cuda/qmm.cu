@@ -159,18 +159,21 @@ int device_attr(cudaDeviceAttr what) {
     return v;
 }
 
-// GRIMOIRE_QMV_CAP=1 (the A/B; session 46): a qmv launch asks for enough dynamic shared memory that no more
-// than MINB of its blocks fit on an SM. Why: launched early (programmatic dependents) behind a grid that
-// frees every SM at about once (the same weight back to back), the one-tile FP8 blocks land four to an SM
-// where room allows (traced on an H100, down: blocks per SM p50 4, against 2-3 launched at the predecessor's
-// end), so the 320 blocks crowd ~80 SMs and the launch runs ~30% longer (34.3 -> 44.8 us). At MINB a SM they
-// spread over at least NT / MINB SMs. Only grids of one wave at MINB a SM (320 one-tile blocks at three): a
-// larger grid keeps every SM busy however its blocks land, and the cap would only cut its occupancy. `smem`:
-// the launch's own need; returns it, or the padded size (within `max_dyn`).
+// A qmv launch of one wave at MINB blocks a SM asks for enough dynamic shared memory that no more than MINB
+// of its blocks fit an SM. Why: launched early (programmatic dependents) behind a grid that frees every SM at
+// about once (the same weight back to back), the one-tile FP8 blocks of down and o_proj (320) landed four to
+// an SM as room opened, crowding ~85 SMs (traced on an H100, session 46: blocks per SM p50 3 -> 4, each
+// block's loop p50 27.2 -> 36.4 us on down); at MINB a SM they cover at least NT / MINB SMs. Only one-wave
+// grids: a larger grid keeps every SM busy however its blocks land, and the cap would only cut its occupancy.
+// Measured on the H100 (session 46, bench/results/qmv_cap_*_h100.json, alternated twice in one call), us at
+// one row: FP8 down 44.4 / 43.9 -> 36.4 / 36.4, o_proj 15.2 / 15.3 -> 13.5 / 13.3, the other shapes, INT4 and
+// the launches between small ops unchanged (+-1%); the 27B FP8 decode 0.859 / 0.860 -> 0.861 / 0.862 of
+// roofline. GRIMOIRE_QMV_CAP=0 launches at the kernel's own size (the A/B). `smem`: the launch's own need;
+// returns it, or the padded size (within `max_dyn`).
 size_t qmv_cap_smem(const void* kernel, size_t smem, int minb, int blocks, size_t max_dyn) {
     static const bool cap = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_CAP");
-        return e && e[0] == '1';
+        return !(e && e[0] == '0');
     }();
     if (!cap || blocks > minb * qmm::device_sms()) return smem;
     static const int per_sm = device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor),
