@@ -168,14 +168,15 @@ int device_attr(cudaDeviceAttr what) {
 // Measured on the H100 (session 46, bench/results/qmv_cap_*_h100.json, alternated twice in one call), us at
 // one row: FP8 down 44.4 / 43.9 -> 36.4 / 36.4, o_proj 15.2 / 15.3 -> 13.5 / 13.3, the other shapes, INT4 and
 // the launches between small ops unchanged (+-1%); the 27B FP8 decode 0.859 / 0.860 -> 0.861 / 0.862 of
-// roofline. GRIMOIRE_QMV_CAP=0 launches at the kernel's own size (the A/B). `smem`: the launch's own need;
-// returns it, or the padded size (within `max_dyn`).
-size_t qmv_cap_smem(const void* kernel, size_t smem, int minb, int blocks, size_t max_dyn) {
+// roofline. One row only, as measured: the 2..16-row grids (verify, concurrent users) keep their size until
+// an A/B says otherwise. GRIMOIRE_QMV_CAP=0 launches at the kernel's own size (the A/B). `smem`: the
+// launch's own need; returns it, or the padded size (within `max_dyn`).
+size_t qmv_cap_smem(const void* kernel, size_t smem, int rows, int minb, int blocks, size_t max_dyn) {
     static const bool cap = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_CAP");
         return !(e && e[0] == '0');
     }();
-    if (!cap || blocks > minb * qmm::device_sms()) return smem;
+    if (!cap || rows != 1 || blocks > minb * qmm::device_sms()) return smem;
     static const int per_sm = device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor),
                      reserved = device_attr(cudaDevAttrReservedSharedMemoryPerBlock);
     cudaFuncAttributes fa{};
@@ -213,7 +214,7 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
                      WSM ? qmm::qmv_ring_offset(a, NTB, ASYM, !MULTI, kSsm) + qmm::qmv_ring_bytes(D, NTB, FP8)
                      : kSsm ? qmm::qmv_smem_ssm(a, NTB, ASYM, !MULTI)
                             : qmm::qmv_smem(a, !MULTI),
-                     MINB, blocks, qmm::qmv_max_dyn_smem(STAGE));
+                     a.M, MINB, blocks, qmm::qmv_max_dyn_smem(STAGE));
     launch_ex(kernel, a, blocks, qmm::kQmvThreads, smem, device_is_hopper(), s);
 }
 
