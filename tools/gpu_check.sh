@@ -263,10 +263,12 @@ if want f16; then
     done
 fi
 if want trace; then
-    # Noticed in session 44, not explained: back to back, FP8 one-row one-tile blocks launched with early dependents
-    # (whose blocks then wait resident at the programmatic-launch wait) run up to ~30% slower than launched at their
-    # end. The traced library form (per-block globaltimer: entry, wait, staging, loop, reduce, exit) beside both
-    # untraced forms on down and o_proj; the trace summary prints blocks per SM and the phase percentiles.
+    # Back to back, FP8 one-row one-tile blocks launched with early dependents ran up to ~30% slower than launched
+    # at their end (session 44). Session 46 traced it on an H100: the early-launched blocks crowd four to an SM
+    # (qmm.cu qmv_cap_smem, GRIMOIRE_QMV_CAP, now caps the library's launches). The bench's kernel forms launch
+    # uncapped, so this shows the placement on this card: the traced form (per-block globaltimer: entry, wait,
+    # staging, loop, reduce, exit) beside both untraced forms on down and o_proj, with blocks per SM and the
+    # phase percentiles.
     echo "== FP8 one row, early dependents traced (bench_qmv_variants trace_ntb1_d4_early)"
     [ -x "$BUILD/bench_qmv_variants" ] && timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qmv_variants" \
         --only fp8_m1_down_trace,fp8_m1_o_proj_trace,fp8_m1_down_ntb1_d4,fp8_m1_o_proj_ntb1_d4 \

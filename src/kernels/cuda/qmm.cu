@@ -414,11 +414,12 @@ void launch_qmv_ssz(qmm::Args& a, cudaStream_t s) {
             if (qmv_deep(a)) return launch_qmv_row_deep<ASYM, SSZ>(a, s);
             return launch_qmv_row<ASYM, SSZ, 1, 4, 3>(a, s);
         }
-        // FP8 one row on these blocks keeps the early dependents' launch too. Back-to-back launches of one weight
-        // read it 11-20% slower (session 17: down 26.8 -> 32.4 us, o_proj 11.7 -> 13.1), but in the decode step,
-        // where the dependent is a norm or another small op and then the next projection, it is faster: 27B FP8
-        // `decode_ctx512_roofline` 0.752 (x4) -> 0.756-0.757 (x4) alternated in one call (session 25).
-        // GRIMOIRE_QMV_EARLY_FP8_ROW=0 launches them at the blocks' end (the A/B).
+        // FP8 one row on these blocks keeps the early dependents' launch too. Back-to-back launches of one
+        // weight read it 11-20% slower (session 17: down 26.8 -> 32.4 us, o_proj 11.7 -> 13.1), but in the
+        // decode step, where the dependent is a norm or another small op and then the next projection, it is
+        // faster: 27B FP8 `decode_ctx512_roofline` 0.752 (x4) -> 0.756-0.757 (x4) alternated in one call
+        // (session 25). The back-to-back cost was the blocks' placement, which qmv_cap_smem now bounds
+        // (session 46). GRIMOIRE_QMV_EARLY_FP8_ROW=0 launches them at the blocks' end (the A/B).
         static const bool fp8_row_early = [] {
             const char* e = std::getenv("GRIMOIRE_QMV_EARLY_FP8_ROW");
             return !(e && e[0] == '0');
