@@ -87,6 +87,8 @@ if want tests; then
     # The opt-in GRIMOIRE_QMV_DEEP=1 (session 41: INT4 one row, K <= 6144 one-tile weights, every chunk before the
     # programmatic-launch wait into a shared-memory ring), against the same CPU references.
     rerun deep1 GRIMOIRE_QMV_DEEP=1 -- test_cuda_quant test_cuda_quant_stack test_cuda_model
+    # GRIMOIRE_QMV_CAP (session 46, on): the one-row launches at the kernels' own shared-memory size, as before it.
+    rerun cap0 GRIMOIRE_QMV_CAP=0 -- test_cuda_quant test_cuda_quant_stack test_cuda_model
     # Session 17's launch order and one-row dispatch switched off (the projection launched ahead of add_rmsnorm,
     # the qmv kernel's early dependents' launch, the staged blocks from 4 to 8 n-tiles per SM).
     rerun ahead0 GRIMOIRE_PDL_AHEAD=0 GRIMOIRE_QMV_EARLY=0 GRIMOIRE_QMV_MID=0 -- test_cuda_model test_cuda_graph_segments test_cuda_quant

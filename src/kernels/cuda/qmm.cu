@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "kernels/cuda/qmv_cap.h"
 #include "kernels/cuda/quant_mma_tma.cuh"
 #include "kernels/cuda/quant_qmv.cuh"
 
@@ -170,8 +171,8 @@ int device_attr(cudaDeviceAttr what) {
 // the launches between small ops unchanged (+-1%); the 27B FP8 decode 0.859 / 0.860 -> 0.861 / 0.862 of
 // roofline. One row only, as measured: the 2..16-row grids (verify, concurrent users) keep their size until
 // an A/B says otherwise. GRIMOIRE_QMV_CAP=0 launches at the kernel's own size (the A/B). `smem`: the
-// launch's own need; returns it, or the padded size (within `max_dyn`).
-size_t qmv_cap_smem(const void* kernel, size_t smem, int rows, int minb, int blocks, size_t max_dyn) {
+// launch's own need, `static_bytes` the kernel's static shared memory; returns `smem` or the padded size.
+size_t qmv_cap_smem(size_t static_bytes, size_t smem, int rows, int minb, int blocks, size_t max_dyn) {
     static const bool cap = [] {
         const char* e = std::getenv("GRIMOIRE_QMV_CAP");
         return !(e && e[0] == '0');
@@ -179,14 +180,9 @@ size_t qmv_cap_smem(const void* kernel, size_t smem, int rows, int minb, int blo
     if (!cap || rows != 1 || blocks > minb * qmm::device_sms()) return smem;
     static const int per_sm = device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor),
                      reserved = device_attr(cudaDevAttrReservedSharedMemoryPerBlock);
-    cudaFuncAttributes fa{};
-    if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) return smem;
-    // minb + 1 blocks of (dynamic + static + reserved) bytes must not fit in per_sm.
-    const size_t fixed = fa.sharedSizeBytes + static_cast<size_t>(reserved);
-    const size_t need = static_cast<size_t>(per_sm) / static_cast<size_t>(minb + 1) + 1;
-    if (need <= fixed) return smem;
-    const size_t want = need - fixed;
-    return want > smem && want <= max_dyn ? want : smem;
+    if (per_sm <= 0 || reserved < 0) return smem;
+    return qmv_cap_bytes(smem, static_bytes, static_cast<size_t>(per_sm), static_cast<size_t>(reserved), minb,
+                         max_dyn);
 }
 
 template <bool FP8,
@@ -208,9 +204,13 @@ void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
         return true;
     }();
     (void)attr_set;
+    static const size_t static_smem = [&] {  // the kernel's static shared memory, for qmv_cap_smem
+        cudaFuncAttributes fa{};
+        return cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? fa.sharedSizeBytes : size_t{0};
+    }();
     const int blocks = (a.NT + NTB - 1) / NTB;
     const size_t smem =
-        qmv_cap_smem(reinterpret_cast<const void*>(kernel),
+        qmv_cap_smem(static_smem,
                      WSM ? qmm::qmv_ring_offset(a, NTB, ASYM, !MULTI, kSsm) + qmm::qmv_ring_bytes(D, NTB, FP8)
                      : kSsm ? qmm::qmv_smem_ssm(a, NTB, ASYM, !MULTI)
                             : qmm::qmv_smem(a, !MULTI),
