@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "kernels/cuda/qmv_cap.h"
 #include "kernels/cuda/quant_mma_tma.cuh"
@@ -170,14 +171,16 @@ int device_attr(cudaDeviceAttr what) {
 // one row: FP8 down 44.4 / 43.9 -> 36.4 / 36.4, o_proj 15.2 / 15.3 -> 13.5 / 13.3, the other shapes, INT4 and
 // the launches between small ops unchanged (+-1%); the 27B FP8 decode 0.859 / 0.860 -> 0.861 / 0.862 of
 // roofline. One row only, as measured: the 2..16-row grids (verify, concurrent users) keep their size until
-// an A/B says otherwise. GRIMOIRE_QMV_CAP=0 launches at the kernel's own size (the A/B). `smem`: the
-// launch's own need, `static_bytes` the kernel's static shared memory; returns `smem` or the padded size.
+// an A/B says otherwise. GRIMOIRE_QMV_CAP=0 launches at the kernel's own size (the A/B), GRIMOIRE_QMV_CAP=all
+// caps the qmv grids at every row count (the 2..16-row A/B). `smem`: the launch's own need, `static_bytes`
+// the kernel's static shared memory; returns `smem` or the padded size.
 size_t qmv_cap_smem(size_t static_bytes, size_t smem, int rows, int minb, int blocks, size_t max_dyn) {
-    static const bool cap = [] {
+    static const int cap = [] {  // 0 off, 1 one row, 2 every row count
         const char* e = std::getenv("GRIMOIRE_QMV_CAP");
-        return !(e && e[0] == '0');
+        if (e && e[0] == '0') return 0;
+        return e && std::string_view(e) == "all" ? 2 : 1;
     }();
-    if (!cap || rows != 1 || blocks > minb * qmm::device_sms()) return smem;
+    if (cap == 0 || (cap == 1 && rows != 1) || blocks > minb * qmm::device_sms()) return smem;
     static const int per_sm = device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor),
                      reserved = device_attr(cudaDevAttrReservedSharedMemoryPerBlock);
     if (per_sm <= 0 || reserved < 0) return smem;
