@@ -89,6 +89,8 @@ if want tests; then
     rerun deep1 GRIMOIRE_QMV_DEEP=1 -- test_cuda_quant test_cuda_quant_stack test_cuda_model
     # GRIMOIRE_QMV_CAP (session 46, on): the one-row launches at the kernels' own shared-memory size, as before it.
     rerun cap0 GRIMOIRE_QMV_CAP=0 -- test_cuda_quant test_cuda_quant_stack test_cuda_model
+    # GRIMOIRE_QMV_CAP=all (the cap at 2..16 rows too, an A/B of section defaults).
+    rerun capall GRIMOIRE_QMV_CAP=all -- test_cuda_quant test_cuda_quant_stack
     # Session 17's launch order and one-row dispatch switched off (the projection launched ahead of add_rmsnorm,
     # the qmv kernel's early dependents' launch, the staged blocks from 4 to 8 n-tiles per SM).
     rerun ahead0 GRIMOIRE_PDL_AHEAD=0 GRIMOIRE_QMV_EARLY=0 GRIMOIRE_QMV_MID=0 -- test_cuda_model test_cuda_graph_segments test_cuda_quant
@@ -299,8 +301,8 @@ if want f8h; then
 fi
 if want defaults; then
     # The defaults sessions 29-46 chose on an H100 only, A/B on this card: GRIMOIRE_QMV_ACS, GRIMOIRE_QMV_M16_ONE
-    # and GRIMOIRE_QMV_CAP (kernel record at 1 and 16 rows), GRIMOIRE_PDL_AHEAD_MIXER and GRIMOIRE_QMV_CAP (27B
-    # decode), twice each.
+    # and GRIMOIRE_QMV_CAP (kernel record at 1 and 16 rows), GRIMOIRE_QMV_CAP=all (2..16 rows),
+    # GRIMOIRE_PDL_AHEAD_MIXER and GRIMOIRE_QMV_CAP (27B decode), twice each.
     echo "== A/B of GRIMOIRE_QMV_ACS, GRIMOIRE_QMV_M16_ONE, GRIMOIRE_QMV_CAP, GRIMOIRE_PDL_AHEAD_MIXER"
     for p in 1 2; do
         for e in GRIMOIRE_QMV_ACS=1 GRIMOIRE_QMV_ACS=0 GRIMOIRE_QMV_M16_ONE=0 GRIMOIRE_QMV_CAP=0; do
@@ -314,6 +316,11 @@ if want defaults; then
                     --random-weights --quant $q --commit "$COMMIT" --out "$OUT/qwen35_27b_${q}_mixer${m}_p$p.json" |
                     grep -E "decode ctx +512" || status=1
             done
+        done
+        # The cap at every row count (GRIMOIRE_QMV_CAP=all) against the default (one row only), 2..16 rows.
+        for c in 1 all; do
+            GRIMOIRE_QMV_CAP=$c timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_quant_kernels" --rows 2,4,8,16 \
+                --commit "$COMMIT" --out "$OUT/quant_kernels_rows_cap${c}_p$p.json" > /dev/null || status=1
         done
         for c in 1 0; do
             GRIMOIRE_QMV_CAP=$c timeout "${GRIMOIRE_STEP_TIMEOUT:-900}" "$BUILD/bench_qwen35_27b" --random-weights \
