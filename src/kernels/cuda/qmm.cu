@@ -11,12 +11,18 @@
 
 namespace grimoire::cuda {
 
+// One attribute of the current device (0 when the query fails).
+static int device_attr(cudaDeviceAttr what) {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, what, dev);
+    return v;
+}
+
 namespace qmm {
 int device_sms() {
     static int sms = [] {
-        int dev = 0, n = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+        const int n = device_attr(cudaDevAttrMultiProcessorCount);
         return n > 0 ? n : 132;
     }();
     return sms;
@@ -152,13 +158,6 @@ bool qmv_staged_x(const qmm::Args& a) {
 size_t qmv_launch_smem(const qmm::Args& a, bool fp8, bool asym) {
     const bool staged = a.M == 1;
     return qmv_ssm(fp8) ? qmm::qmv_smem_ssm(a, 2, asym, staged) : qmm::qmv_smem(a, staged);
-}
-
-int device_attr(cudaDeviceAttr what) {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, what, dev);
-    return v;
 }
 
 // A qmv launch of one wave at MINB blocks a SM asks for enough dynamic shared memory that no more than MINB
