@@ -173,13 +173,16 @@ size_t qmv_launch_smem(const qmm::Args& a, bool fp8, bool asym) {
 // an A/B says otherwise. GRIMOIRE_QMV_CAP=0 launches at the kernel's own size (the A/B), GRIMOIRE_QMV_CAP=all
 // caps the qmv grids at every row count (the 2..16-row A/B). `smem`: the launch's own need, `static_bytes`
 // the kernel's static shared memory; returns `smem` or the padded size.
+constexpr size_t kQmvCapUnknown = static_cast<size_t>(-1);  // a kernel whose static shared memory is unknown
 size_t qmv_cap_smem(size_t static_bytes, size_t smem, int rows, int minb, int blocks, size_t max_dyn) {
     static const int cap = [] {  // 0 off, 1 one row, 2 every row count
         const char* e = std::getenv("GRIMOIRE_QMV_CAP");
         if (e && e[0] == '0') return 0;
         return e && std::string_view(e) == "all" ? 2 : 1;
     }();
-    if (cap == 0 || (cap == 1 && rows != 1) || blocks > minb * qmm::device_sms()) return smem;
+    if (cap == 0 || (cap == 1 && rows != 1) || static_bytes == kQmvCapUnknown ||
+        blocks > minb * qmm::device_sms())
+        return smem;
     static const int per_sm = device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor),
                      reserved = device_attr(cudaDevAttrReservedSharedMemoryPerBlock);
     if (per_sm <= 0 || reserved < 0) return smem;
@@ -200,15 +203,13 @@ template <bool FP8,
 void launch_qmv_m(qmm::Args& a, cudaStream_t s) {
     constexpr bool kSsm = qmv_ssm(FP8);
     auto kernel = qmm::qmv_kernel<FP8, ASYM, SSZ, NTB, D, MINB, MULTI, STAGE, kSsm, MAXM, WSM>;
-    static const bool attr_set = [&] {
+    // Once per kernel: its dynamic shared-memory limit set, and its static shared memory read for
+    // qmv_cap_smem (kQmvCapUnknown if the query fails: then no cap, the launch at its own size).
+    static const size_t static_smem = [&] {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(qmm::qmv_max_dyn_smem(STAGE)));
-        return true;
-    }();
-    (void)attr_set;
-    static const size_t static_smem = [&] {  // the kernel's static shared memory, for qmv_cap_smem
         cudaFuncAttributes fa{};
-        return cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? fa.sharedSizeBytes : size_t{0};
+        return cudaFuncGetAttributes(&fa, kernel) == cudaSuccess ? fa.sharedSizeBytes : kQmvCapUnknown;
     }();
     const int blocks = (a.NT + NTB - 1) / NTB;
     const size_t smem =
