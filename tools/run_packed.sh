@@ -8,10 +8,10 @@
 #
 # GRIMOIRE_CHECK: gpu_check.sh's sections (default quant,e2e: the issue-5 kernel record and the 27B INT4 / FP8
 # decode records). GRIMOIRE_ONLY_ON (optional, e.g. H200): run nothing unless the card's name contains it (a
-# call that may get another card then costs only its start). Writes gpu_check's files under $OUT and prints
-# every record's ratios.
+# call that may get another card then costs only its start). Writes gpu_check's files under $OUT (past eight
+# files, all but the issue-5 records and the log bundled in $OUT/more.tar.gz) and prints every record's ratios.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
@@ -45,5 +45,15 @@ for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
         print("  %-52s %.4f" % (k, v))
 PY
 grep -E "FAILED|^\[  PASSED" "$OUT/run_packed.log" | head -40
+# The device tool returns at most eight files from $OUT (a call of several sections writes dozens; session 49
+# lost records to that limit): the issue-5 records and the log stay as files, the rest go into one more.tar.gz.
+keep=(run_packed.log quant_kernels.json qwen35_27b_int4.json qwen35_27b_fp8.json decode_step_ablation.json)
+if [ "$(find "$OUT" -type f | wc -l)" -gt 8 ]; then
+    list=$(mktemp)
+    (cd "$OUT" && find . -type f | sed 's|^\./||' | grep -vxF -f <(printf '%s\n' "${keep[@]}") > "$list" &&
+        tar czf more.tar.gz -T "$list" && xargs -d '\n' rm -f < "$list" && find . -mindepth 1 -type d -empty -delete)
+    rm -f "$list"
+    echo "files beyond the records bundled in more.tar.gz ($(tar tzf "$OUT/more.tar.gz" | wc -l) files)"
+fi
 echo "gpu_check exit status $rc"
 exit $rc
