@@ -179,6 +179,14 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// One attribute of the current device (0 when the query fails); callers cache it in a function-local static.
+inline int device_attr(cudaDeviceAttr what) {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, what, dev);
+    return v;
+}
+
 inline unsigned grid_for(int64_t n, int threads) {
     int64_t g = (n + threads - 1) / threads;
     return static_cast<unsigned>(g < 1 ? 1 : (g > 65535LL * 32 ? 65535LL * 32 : g));

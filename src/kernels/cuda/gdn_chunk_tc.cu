@@ -615,12 +615,8 @@ static bool pdl_on() {
 // grants its 196 KB of shared memory (H200, T = 4096: 0.670 -> 0.629 ms per call); BV = 32 below (T = 512:
 // 0.090 / 0.091 ms, the same) and on parts with less shared memory. GRIMOIRE_GDN_BV64=0 / 1 forces either.
 static int scan_width(int64_t T) {
-    static const bool fits = [] {
-        int dev = 0, optin = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        return static_cast<size_t>(optin) >= ScanCfg<64>::Smem::kBytes;
-    }();
+    static const bool fits =
+        static_cast<size_t>(device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin)) >= ScanCfg<64>::Smem::kBytes;
     static const int forced = env_int("GRIMOIRE_GDN_BV64", -1);
     if (forced >= 0) return forced && fits ? 64 : 32;
     return fits && T >= 2048 ? 64 : 32;

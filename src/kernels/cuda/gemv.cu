@@ -45,9 +45,7 @@ __device__ __forceinline__ void load8<__nv_bfloat16>(const __nv_bfloat16* p, flo
 
 int sm_count() {
     static const int n = [] {
-        int dev = 0, v = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+        const int v = device_attr(cudaDevAttrMultiProcessorCount);
         return v > 0 ? v : 1;
     }();
     return n;

@@ -592,22 +592,12 @@ __global__ void __maxnreg__(kMaxRegs) mlp_fp8_kernel(MlpArgs a) {
 }
 
 int sm_count() {
-    static const int n = [] {
-        int dev = 0, v = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-        return v;
-    }();
+    static const int n = device_attr(cudaDevAttrMultiProcessorCount);
     return n;
 }
 
 size_t max_smem() {
-    static const size_t n = [] {
-        int dev = 0, v = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        return static_cast<size_t>(v);
-    }();
+    static const size_t n = static_cast<size_t>(device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin));
     return n;
 }
 

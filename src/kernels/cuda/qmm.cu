@@ -11,14 +11,6 @@
 
 namespace grimoire::cuda {
 
-// One attribute of the current device (0 when the query fails).
-static int device_attr(cudaDeviceAttr what) {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, what, dev);
-    return v;
-}
-
 namespace qmm {
 int device_sms() {
     static int sms = [] {
