@@ -161,11 +161,14 @@ size_t qmv_launch_smem(const qmm::Args& a, bool fp8, bool asym) {
 // Measured on the H100 (session 46, bench/results/qmv_cap_*_h100.json, alternated twice in one call), us at
 // one row: FP8 down 44.4 / 43.9 -> 36.4 / 36.4, o_proj 15.2 / 15.3 -> 13.5 / 13.3, the other shapes, INT4 and
 // the launches between small ops unchanged (+-1%); the 27B FP8 decode 0.859 / 0.860 -> 0.861 / 0.862 of
-// roofline. One row only: capping the 2..16-row grids (verify, concurrent users) too was slower where it pads
-// (H100, session 49, bench/results/qmv_cap_rows_h100.json: INT4 down +9% / +8% at 4 / 8 rows, o_proj +6%, FP8
-// down +4-5%) and equal elsewhere. GRIMOIRE_QMV_CAP=0 launches at the kernel's own size (the A/B),
-// GRIMOIRE_QMV_CAP=all caps the qmv grids at every row count (that A/B, still to be run on an H200). `smem`:
-// the launch's own need, `static_bytes` the kernel's static shared memory; returns `smem` or the padded size.
+// roofline. INT4 one row on the same weights does not move: its one-tile blocks already fit only three to an
+// SM by registers (79-80 a thread x 256 threads = 20,480 a block, cuobjdump --dump-resource-usage), where the
+// FP8 one-tile kernel's 58 (allocated as 64: 16,384 a block) let four fit in the SM's 65,536. One row only:
+// capping the 2..16-row grids (verify, concurrent users) too was slower where it pads (H100, session 49,
+// bench/results/qmv_cap_rows_h100.json: INT4 down +9% / +8% at 4 / 8 rows, o_proj +6%, FP8 down +4-5%) and
+// equal elsewhere. GRIMOIRE_QMV_CAP=0 launches at the kernel's own size (the A/B), GRIMOIRE_QMV_CAP=all caps
+// the qmv grids at every row count (that A/B, still to be run on an H200). `smem`: the launch's own need,
+// `static_bytes` the kernel's static shared memory; returns `smem` or the padded size.
 constexpr size_t kQmvCapUnknown = static_cast<size_t>(-1);  // a kernel whose static shared memory is unknown
 size_t qmv_cap_smem(size_t static_bytes, size_t smem, int rows, int minb, int blocks, size_t max_dyn) {
     static const int cap = [] {  // 0 off, 1 one row, 2 every row count
